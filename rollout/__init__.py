@@ -1,0 +1,1 @@
+"""Rollouts: policies, scenarios and suites, model backends, the LangGraph agent, trajectories."""

@@ -1,0 +1,73 @@
+"""Durable files: atomic writes (temp file + ``os.replace``) and config loading with clear errors."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rollout.errors import FarInputError
+
+
+def _atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
+    """Write through ``write(tmp_path)`` then rename over ``path``: readers see the old or the new file, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+    return _atomic_write(path, write)
+
+
+def write_json_atomic(path: str | Path, data: Any) -> Path:
+    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def write_parquet_atomic(path: str | Path, table: Any) -> Path:
+    import pyarrow.parquet as pq
+
+    return _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def load_mapping(path: str | Path) -> dict[str, Any]:
+    """Load a YAML or JSON file whose top level is a mapping; errors name the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise FarInputError("file not found", file=path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except json.JSONDecodeError as error:
+        raise FarInputError(f"invalid JSON at line {error.lineno}: {error.msg}", file=path) from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise FarInputError(f"invalid YAML{where}: {getattr(error, 'problem', error)}", file=path) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise FarInputError(f"expected a mapping at the top level, got {type(data).__name__}", file=path)
+    return data

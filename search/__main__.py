@@ -1,0 +1,5 @@
+import sys
+
+from search.cli import main
+
+sys.exit(main())

@@ -1,0 +1,106 @@
+"""Evaluate policies on a suite's splits: record model outputs once, roll out, verify, aggregate.
+
+Engines: ``replay`` walks the agent's node functions over recorded model outputs (the default, fast);
+``graph`` runs the compiled LangGraph agent with the models called live. Both give identical trajectories.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rollout.agent import DEFAULT_COSTS, Costs, build_graph, replay, run_live
+from rollout.models import ModelRecord, ModelSet
+from rollout.policy import Policy
+from rollout.scenario import Scenario, Split
+from rollout.suites import Suite
+from rollout.trajectory import Trajectory
+from search.results import PolicyResult, aggregate, rollout_row
+from verifiers.rules import Verifier
+from verifiers.taxonomy import FailureKind, SuccessKind
+from verifiers.verdict import Verdict
+
+Engine = Literal["replay", "graph"]
+Progress = Callable[[int, int], None]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC: rollouts allocate many small acyclic objects, and generational passes over a
+    growing heap cost more than the rollouts themselves. Reference counting still frees everything."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def replay_all(scenarios: Sequence[Scenario], records: Sequence[ModelRecord], policy: Policy, models: ModelSet,
+               costs: Costs = DEFAULT_COSTS) -> list[Trajectory]:
+    environment = models.environment
+    with gc_paused():
+        return [replay(s, policy, r, environment, costs) for s, r in zip(scenarios, records, strict=True)]
+
+
+def graph_all(scenarios: Sequence[Scenario], policy: Policy, models: ModelSet,
+              costs: Costs = DEFAULT_COSTS) -> list[Trajectory]:
+    graph = build_graph(policy)
+    return [run_live(graph, s, models, costs) for s in scenarios]
+
+
+@dataclass
+class SplitEvaluation:
+    result: PolicyResult
+    trajectories: list[Trajectory]
+    verdicts: list[Verdict]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Evaluator:
+    """Holds a suite, its models and the verifier; records each split's model outputs once."""
+
+    def __init__(self, suite: Suite, models: ModelSet, verifier: Verifier, costs: Costs = DEFAULT_COSTS,
+                 engine: Engine = "replay", confidence: float = 0.95) -> None:
+        self.suite = suite
+        self.models = models
+        self.verifier = verifier
+        self.costs = costs
+        self.engine = engine
+        self.confidence = confidence
+        self._records: dict[str, list[ModelRecord]] = {}
+
+    def scenarios(self, split: Split) -> Sequence[Scenario]:
+        return self.suite.scenarios(split)
+
+    def records(self, split: Split) -> list[ModelRecord]:
+        if split not in self._records:
+            self._records[split] = self.models.record(self.scenarios(split))
+        return self._records[split]
+
+    def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
+        scenarios = self.scenarios(split)
+        if self.engine == "replay":
+            return replay_all(scenarios, self.records(split), policy, self.models, self.costs)
+        return graph_all(scenarios, policy, self.models, self.costs)
+
+    def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:
+        scenarios = self.scenarios(split)
+        trajectories = self.rollouts(policy, split)
+        verify = self.verifier.verify
+        with gc_paused():
+            verdicts = [verify(s, t) for s, t in zip(scenarios, trajectories, strict=True)]
+        result = aggregate(
+            name, policy, split, verdicts, trajectories,
+            failure_kinds=[k.value for k in FailureKind], success_kinds=[k.value for k in SuccessKind],
+            simulated=self.models.simulated, confidence=self.confidence,
+        )
+        evaluation = SplitEvaluation(result, trajectories, verdicts)
+        if with_rows:
+            evaluation.rows = [
+                rollout_row(name, s, t, v, self.engine) for s, t, v in zip(scenarios, trajectories, verdicts)
+            ]
+        return evaluation

@@ -1,0 +1,110 @@
+"""Per-policy aggregates over a split, and the rows that make ``rollouts.parquet``."""
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from rollout.policy import Policy
+from rollout.scenario import Scenario
+from rollout.trajectory import Trajectory
+from search.gate import clopper_pearson_upper
+from verifiers.verdict import Z_DIMENSIONS, Verdict
+
+MODEL_DECIDED = "(model)"  # attribution bucket for failures no policy parameter decided
+
+
+class PolicyResult(BaseModel):
+    """One policy on one split. ``critical_failures``, ``reward`` and ``cost`` are what ``search.rank`` compares."""
+
+    model_config = ConfigDict(frozen=True)
+
+    policy_name: str
+    policy: Policy
+    split: str
+    scenarios: int
+    critical_failures: int
+    rollouts_with_critical: int
+    critical_rate_upper: float  # one-sided 95% Clopper-Pearson bound on rollouts_with_critical / scenarios
+    reward: float
+    cost: float
+    mean_cost: float
+    failure_counts: dict[str, int]
+    success_counts: dict[str, int]
+    z_mean: dict[str, float]
+    reward_lost: dict[str, dict[str, float]]  # failure kind -> policy parameter (or "(model)") -> reward lost
+    simulated: bool
+
+    def row(self) -> dict[str, Any]:
+        """A flat row for ``policy_results.parquet``."""
+        row = self.model_dump(exclude={"policy", "failure_counts", "success_counts", "z_mean", "reward_lost"})
+        row.update({f"param_{k}": v for k, v in self.policy.model_dump(mode="json").items()})
+        row.update({f"failures_{k}": v for k, v in self.failure_counts.items()})
+        row.update({f"successes_{k}": v for k, v in self.success_counts.items()})
+        row.update({f"z_{k}": v for k, v in self.z_mean.items()})
+        row["reward_lost"] = json.dumps(self.reward_lost, sort_keys=True)
+        return row
+
+
+def aggregate(policy_name: str, policy: Policy, split: str, verdicts: Sequence[Verdict],
+              trajectories: Sequence[Trajectory], failure_kinds: Sequence[str], success_kinds: Sequence[str],
+              simulated: bool, confidence: float = 0.95) -> PolicyResult:
+    n = len(verdicts)
+    failures: Counter[str] = Counter({k: 0 for k in failure_kinds})
+    successes: Counter[str] = Counter({k: 0 for k in success_kinds})
+    lost: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    z_sums = [0.0] * len(Z_DIMENSIONS)
+    critical = with_critical = 0
+    reward = 0.0
+    for verdict in verdicts:
+        reward += verdict.reward
+        rollout_critical = 0
+        for failure in verdict.failures:
+            failures[failure.kind.value] += 1
+            lost[failure.kind.value][failure.parameter or MODEL_DECIDED] += -failure.penalty
+            rollout_critical += failure.critical
+        critical += rollout_critical
+        with_critical += rollout_critical > 0
+        for success in verdict.successes:
+            successes[success.value] += 1
+        for i, value in enumerate(verdict.z):
+            z_sums[i] += value
+    cost = sum(t.cost for t in trajectories)
+    return PolicyResult(
+        policy_name=policy_name, policy=policy, split=split, scenarios=n, critical_failures=critical,
+        rollouts_with_critical=with_critical,
+        critical_rate_upper=clopper_pearson_upper(with_critical, n, confidence) if n else 1.0,
+        reward=reward, cost=cost, mean_cost=cost / n if n else float("nan"),
+        failure_counts=dict(failures), success_counts=dict(successes),
+        z_mean={d: (s / n if n else float("nan")) for d, s in zip(Z_DIMENSIONS, z_sums)},
+        reward_lost={kind: dict(by_param) for kind, by_param in lost.items()},
+        simulated=simulated,
+    )
+
+
+def rollout_row(policy_name: str, scenario: Scenario, trajectory: Trajectory, verdict: Verdict,
+                engine: str) -> dict[str, Any]:
+    """One row per rollout: failures with their attribution, reward, cost, z, and the steps as JSON."""
+    return {
+        "policy": policy_name,
+        "split": scenario.split,
+        "scenario_id": scenario.id,
+        "suite": scenario.suite,
+        "category": scenario.category,
+        "kind": scenario.kind,
+        "task_mode": scenario.task_mode,
+        "outcome": trajectory.outcome,
+        "reward": verdict.reward,
+        "cost": trajectory.cost,
+        "latency_ms": trajectory.latency_ms,
+        "critical_failures": verdict.critical_failures,
+        "failure_kinds": [f.kind.value for f in verdict.failures],
+        "failures": json.dumps([f.to_dict() for f in verdict.failures]),
+        "successes": [s.value for s in verdict.successes],
+        **{f"z_{d}": v for d, v in zip(Z_DIMENSIONS, verdict.z)},
+        "steps": json.dumps([s.to_dict() for s in trajectory.steps], default=str),
+        "engine": engine,
+    }

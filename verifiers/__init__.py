@@ -1,0 +1,1 @@
+"""Verifiers: the failure taxonomy, rewards, z vectors, attribution and (later) the ensemble."""
