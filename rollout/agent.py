@@ -37,9 +37,9 @@ DEFAULT_COSTS = Costs()
 END = "__end__"
 
 
-def append_step(steps: list[Step], step: Step) -> list[Step]:
-    """The ``steps`` channel's reducer: each node's update carries one Step."""
-    return [*steps, step]
+def append_step(steps: list[Step], update: Step | list[Step]) -> list[Step]:
+    """The ``steps`` channel's reducer: a node's update carries one Step (the graph's input carries a list)."""
+    return [*steps, *update] if isinstance(update, list) else [*steps, update]
 
 
 class AgentState(TypedDict, total=False):
@@ -56,10 +56,6 @@ class Context(NamedTuple):  # a NamedTuple: cheap to build once per rollout
     policy: Policy
     calls: Calls
     costs: Costs = DEFAULT_COSTS
-
-
-def _action(ctx: Context, role: str):
-    return ctx.calls.cloud().revision if role == "revision" else ctx.calls.edge().proposal
 
 
 # Node functions build their Step inline (no helper call): replay runs them millions of times.
@@ -103,7 +99,7 @@ def cloud_review(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
 
 def confirm(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     role = state["action_role"]
-    action = _action(ctx, role)
+    action = ctx.calls.action(role)
     index = len(state["steps"])
     inputs = {"action": role, "call": action, "sensitive": action.sensitive}
     if not action.sensitive:
@@ -123,7 +119,7 @@ def execute(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     attempt = state["tool_attempts"]
     role = state["action_role"]
     result = ctx.calls.tool_result(attempt)
-    inputs = {"action": role, "call": _action(ctx, role), "attempt": attempt, "effect": result != "error"}
+    inputs = {"action": role, "call": ctx.calls.action(role), "attempt": attempt, "effect": result != "error"}
     index = len(state["steps"])
     if result == "ok":
         return {"steps": Step(index, "execute", "ok", None, inputs, ctx.costs.tool_attempt, 0.0),
@@ -157,7 +153,7 @@ def fallback(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
             cost = ctx.costs.confirmation
             update = {"next": "execute"} if approved else {"outcome": DENIED, "next": "finish"}
     elif mode == FallbackMode.EDGE_ONLY:
-        local = _action(ctx, role).local
+        local = ctx.calls.action(role).local
         inputs["local_path"] = local
         update = {"next": "execute_local"} if local else {"outcome": SHUTDOWN, "next": "finish"}
     else:  # ask_user after a tool failure: hand the task over
@@ -169,7 +165,7 @@ def fallback(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
 
 def execute_local(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     role = state["action_role"]
-    inputs = {"action": role, "call": _action(ctx, role), "effect": True}
+    inputs = {"action": role, "call": ctx.calls.action(role), "effect": True}
     return {"steps": Step(len(state["steps"]), "execute_local", "ok", None, inputs, ctx.costs.tool_attempt, 0.0),
             "outcome": COMPLETED, "next": "finish"}
 
@@ -207,7 +203,14 @@ def initial_state() -> dict[str, Any]:
 def replay(scenario: Scenario, policy: Policy, record: ModelRecord, environment: Environment,
            costs: Costs = DEFAULT_COSTS) -> Trajectory:
     """Walk the node functions directly: no LangGraph, no model calls."""
-    ctx = Context(policy, RecordedCalls(scenario, record, environment), costs)
+    return replay_calls(RecordedCalls(scenario, record, environment), policy, costs)
+
+
+def replay_calls(calls: RecordedCalls, policy: Policy, costs: Costs = DEFAULT_COSTS) -> Trajectory:
+    """``replay`` over a prepared ``RecordedCalls`` (build those once per scenario, reuse for every policy)."""
+    scenario = calls.scenario
+    record = calls.record
+    ctx = Context(policy, calls, costs)
     state = initial_state()
     steps = state["steps"]
     node = ENTRY

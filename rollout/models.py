@@ -95,29 +95,39 @@ class Calls(Protocol):
 
     def edge(self) -> EdgeAssessment: ...
     def cloud(self) -> CloudReview: ...
+    def action(self, role: ActionRole) -> ToolAction: ...
     def user_confirms(self, role: ActionRole) -> bool: ...
     def tool_result(self, attempt: int) -> ToolFault: ...
     def cloud_reachable(self, attempt: int) -> bool: ...
 
 
 class RecordedCalls:
-    """Reads a ``ModelRecord``: no model runs."""
+    """Reads a ``ModelRecord``: no model runs. Built once per scenario and reused for every policy, so it
+    unpacks the record up front (replay calls these methods millions of times)."""
 
-    __slots__ = ("scenario", "record", "environment")
+    __slots__ = ("scenario", "record", "environment", "_edge", "_cloud", "_proposal", "_revision", "_confirms")
 
     def __init__(self, scenario: Scenario, record: ModelRecord, environment: Environment) -> None:
         self.scenario = scenario
         self.record = record
         self.environment = environment
+        self._edge = record.edge
+        self._cloud = record.cloud
+        self._proposal = record.edge.proposal
+        self._revision = record.cloud.revision if record.cloud.revision is not None else record.edge.proposal
+        self._confirms = {"proposal": record.user_confirms_proposal, "revision": record.user_confirms_revision}
 
     def edge(self) -> EdgeAssessment:
-        return self.record.edge
+        return self._edge
 
     def cloud(self) -> CloudReview:
-        return self.record.cloud
+        return self._cloud
+
+    def action(self, role: ActionRole) -> ToolAction:
+        return self._revision if role == "revision" else self._proposal
 
     def user_confirms(self, role: ActionRole) -> bool:
-        return self.record.user_confirms_proposal if role == "proposal" else self.record.user_confirms_revision
+        return self._confirms[role]
 
     def tool_result(self, attempt: int) -> ToolFault:
         return self.environment.tool_result(self.scenario, attempt)
@@ -149,10 +159,16 @@ class LiveCalls:
             self._cloud = self.models.cloud.review([self.scenario], [self.edge().proposal])[0]
         return self._cloud
 
+    def action(self, role: ActionRole) -> ToolAction:
+        if role == "revision":
+            revision = self.cloud().revision
+            assert revision is not None, "a revision role exists only after a 'revise' verdict"
+            return revision
+        return self.edge().proposal
+
     def user_confirms(self, role: ActionRole) -> bool:
         if role not in self._answers:
-            action = self.action(role)
-            self._answers[role] = self.models.user.confirms(self.scenario, action)
+            self._answers[role] = self.models.user.confirms(self.scenario, self.action(role))
         return self._answers[role]
 
     def tool_result(self, attempt: int) -> ToolFault:
@@ -160,13 +176,6 @@ class LiveCalls:
 
     def cloud_reachable(self, attempt: int) -> bool:
         return self.environment.cloud_reachable(self.scenario, attempt)
-
-    def action(self, role: ActionRole) -> ToolAction:
-        if role == "revision":
-            revision = self.cloud().revision
-            assert revision is not None, "a revision role exists only after a 'revise' verdict"
-            return revision
-        return self.edge().proposal
 
 
 def action_for(record: ModelRecord, role: ActionRole) -> ToolAction:

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollout.agent import DEFAULT_COSTS, Costs, build_graph, replay, run_live
-from rollout.models import ModelRecord, ModelSet
+from rollout.agent import DEFAULT_COSTS, Costs, build_graph, replay_calls, run_live
+from rollout.models import ModelRecord, ModelSet, RecordedCalls
 from rollout.policy import Policy
 from rollout.scenario import Scenario, Split
 from rollout.suites import Suite
@@ -39,11 +39,13 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def replay_all(scenarios: Sequence[Scenario], records: Sequence[ModelRecord], policy: Policy, models: ModelSet,
-               costs: Costs = DEFAULT_COSTS) -> list[Trajectory]:
-    environment = models.environment
+def prepare_calls(scenarios: Sequence[Scenario], records: Sequence[ModelRecord], models: ModelSet) -> list[RecordedCalls]:
+    return [RecordedCalls(s, r, models.environment) for s, r in zip(scenarios, records, strict=True)]
+
+
+def replay_all(calls: Sequence[RecordedCalls], policy: Policy, costs: Costs = DEFAULT_COSTS) -> list[Trajectory]:
     with gc_paused():
-        return [replay(s, policy, r, environment, costs) for s, r in zip(scenarios, records, strict=True)]
+        return [replay_calls(c, policy, costs) for c in calls]
 
 
 def graph_all(scenarios: Sequence[Scenario], policy: Policy, models: ModelSet,
@@ -71,21 +73,22 @@ class Evaluator:
         self.costs = costs
         self.engine = engine
         self.confidence = confidence
-        self._records: dict[str, list[ModelRecord]] = {}
+        self._calls: dict[str, list[RecordedCalls]] = {}
 
     def scenarios(self, split: Split) -> Sequence[Scenario]:
         return self.suite.scenarios(split)
 
-    def records(self, split: Split) -> list[ModelRecord]:
-        if split not in self._records:
-            self._records[split] = self.models.record(self.scenarios(split))
-        return self._records[split]
+    def recorded_calls(self, split: Split) -> list[RecordedCalls]:
+        """Model outputs for the split, recorded on first use and shared by every policy evaluated after."""
+        if split not in self._calls:
+            scenarios = self.scenarios(split)
+            self._calls[split] = prepare_calls(scenarios, self.models.record(scenarios), self.models)
+        return self._calls[split]
 
     def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
-        scenarios = self.scenarios(split)
         if self.engine == "replay":
-            return replay_all(scenarios, self.records(split), policy, self.models, self.costs)
-        return graph_all(scenarios, policy, self.models, self.costs)
+            return replay_all(self.recorded_calls(split), policy, self.costs)
+        return graph_all(self.scenarios(split), policy, self.models, self.costs)
 
     def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:
         scenarios = self.scenarios(split)

@@ -44,10 +44,13 @@ def _matches(step: Step, causes: Sequence[Cause]) -> bool:
     return False
 
 
-def attribute(kind: K, steps: Sequence[Step], failure_step: int) -> Step:
-    """The step whose decision let failure ``kind`` (shown at ``failure_step``) happen."""
-    for causes in (POLICY_CAUSES.get(kind, ()), MODEL_CAUSES.get(kind, ())):
-        for index in range(failure_step, -1, -1):
-            if _matches(steps[index], causes):
-                return steps[index]
-    return steps[failure_step]
+def attribute(kind: K, steps: Sequence[Step], failure_step: int) -> tuple[Step, str | None]:
+    """The step whose decision let failure ``kind`` (shown at ``failure_step``) happen, and the policy parameter
+    to blame (None when a model, the user or the environment made that decision)."""
+    for index in range(failure_step, -1, -1):
+        if _matches(steps[index], POLICY_CAUSES.get(kind, ())):
+            return steps[index], steps[index].parameter
+    for index in range(failure_step, -1, -1):
+        if _matches(steps[index], MODEL_CAUSES.get(kind, ())):
+            return steps[index], None
+    return steps[failure_step], None

@@ -86,11 +86,11 @@ class RuleVerifier:
         table = self.table
         failures = []
         for kind, index in detect_failures(trajectory, judgement):
-            cause = attribute(kind, trajectory.steps, index)
+            cause, parameter = attribute(kind, trajectory.steps, index)
             failures.append(Failure(
                 kind=kind, critical=table.is_critical(kind), penalty=table.penalty(kind), step=index,
                 node=trajectory.steps[index].node, cause_step=cause.index, cause_node=cause.node,
-                decision=cause.decision, parameter=cause.parameter,
+                decision=cause.decision, parameter=parameter,
             ))
         successes: list[SuccessKind] = []
         if judgement.task_completed:

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LANGSMITH_TRACING", "false")
+
+import pytest
+from hypothesis import settings
+
+from rollout.models import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord
+from rollout.scenario import GroundTruth, Scenario, ToolAction
+
+settings.register_profile("ci", deadline=None, max_examples=60)
+settings.load_profile("ci")
+
+PAY = ToolAction(tool="pay_bill", args={"payee": "City Power", "amount": 50.0}, sensitive=True, idempotent=False)
+PAY_RIGHT = ToolAction(tool="pay_bill", args={"payee": "City Power", "amount": 20.0}, sensitive=True,
+                       idempotent=False)
+THERMO = ToolAction(tool="set_thermostat", args={"celsius": 21}, local=True)
+WIPE = ToolAction(tool="delete_files", args={"path": "~"}, sensitive=True, local=True)
+
+
+def make_scenario(proposal: ToolAction = THERMO, *, intended: ToolAction | None | str = "same", unsafe=False,
+                  needs_cloud=False, injected=False, benign_sensitive=False, tool_faults=(), cloud_faults=(),
+                  sid="s-1", split="train") -> Scenario:
+    truth = GroundTruth(
+        unsafe=unsafe, needs_cloud=needs_cloud, injected=injected, benign_sensitive=benign_sensitive,
+        intended_action=proposal if intended == "same" else intended, tool_faults=tuple(tool_faults),
+        cloud_faults=tuple(cloud_faults),
+    )
+    return Scenario(id=sid, suite="test", category="test", kind="test", task_mode="executable", split=split,
+                    request="do it", proposed_action=proposal, ground_truth=truth)
+
+
+def make_record(scenario: Scenario, *, risk=0.5, verdict="execute", revision=None, confirms_proposal=True,
+                confirms_revision=True) -> ModelRecord:
+    return ModelRecord(
+        scenario_id=scenario.id,
+        edge=EdgeAssessment(risk=risk, proposal=scenario.proposed_action, cost=0.02, latency_ms=40.0),
+        cloud=CloudReview(verdict=verdict, revision=revision, reason="test", cost=1.0, latency_ms=600.0),
+        user_confirms_proposal=confirms_proposal,
+        user_confirms_revision=confirms_revision,
+    )
+
+
+@pytest.fixture
+def environment():
+    return GroundTruthEnvironment()
