@@ -52,6 +52,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     evaluator = Evaluator(suite, models, RuleVerifier(loaded.rewards), config.costs, config.engine,
                           config.gate.confidence)
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
+    for split, size in sizes.items():
+        if size == 0:
+            raise FarInputError(f"the {split} split is empty: train and holdout both need scenarios "
+                                "(raise suite.size or change suite.holdout_fraction)", file=loaded.source,
+                                field="suite")
     label = "SIMULATED models" if models.simulated else "real models"
     print(f"FAR evaluate: suite {suite.name} (train {sizes['train']}, holdout {sizes['holdout']}), {label} "
           f"[{models.edge.name}; {models.cloud.name}; {models.user.name}], engine {config.engine}", flush=True)

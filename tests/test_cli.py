@@ -78,6 +78,7 @@ def test_graph_engine_gives_the_same_numbers(tmp_path):
     (lambda c: c.update(models={"edge": {"backend": "gpt-9"}}), "models.edge.backend"),
     (lambda c: c.update(colour="red"), "colour"),
     (lambda c: c.update(policies="missing.yaml"), "missing.yaml"),
+    (lambda c: c.update(suite={"name": "edge_cloud", "size": 2, "holdout_fraction": 0.01}), "split is empty"),
 ])
 def test_bad_config_one_line_exit_2_and_nothing_written(tmp_path, mutate, fragment):
     config = {
