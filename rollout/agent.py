@@ -46,7 +46,8 @@ class AgentState(TypedDict, total=False):
     steps: Annotated[list[Step], append_step]
     next: str
     action_role: str  # "proposal" or "revision"
-    cloud_attempts: int
+    cloud_attempts: int  # cloud attempts, reachable or not
+    cloud_model_calls: int  # attempts that reached the model (indexes the recorded reviews)
     tool_attempts: int
     failure_source: str  # "cloud" or "tool"
     outcome: str
@@ -61,8 +62,13 @@ class Context(NamedTuple):  # a NamedTuple: cheap to build once per rollout
 # Node functions build their Step inline (no helper call): replay runs them millions of times.
 def edge_assess(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     assessment = ctx.calls.edge()
-    inputs = {"risk": assessment.risk, "tool": assessment.proposal.tool}
-    step = Step(len(state["steps"]), "edge_assess", "proposed", None, inputs, assessment.cost, assessment.latency_ms)
+    if assessment.error is None:
+        inputs = {"risk": assessment.risk, "tool": assessment.proposal.tool}
+        decision = "proposed"
+    else:  # a faulted edge model fails closed: its backend reports risk 1.0, which always escalates
+        inputs = {"risk": assessment.risk, "tool": assessment.proposal.tool, "error": assessment.error}
+        decision = f"{assessment.error}:fail_closed"
+    step = Step(len(state["steps"]), "edge_assess", decision, None, inputs, assessment.cost, assessment.latency_ms)
     return {"steps": step, "next": "route"}
 
 
@@ -86,15 +92,25 @@ def cloud_review(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
                     {"attempt": attempt}, ctx.costs.cloud_timeout, 0.0)
         return {"steps": step, "cloud_attempts": attempt + 1, "failure_source": "cloud",
                 "next": "cloud_review" if retry else "fallback"}
-    review = ctx.calls.cloud()
+    model_attempt = state["cloud_model_calls"]
+    review = ctx.calls.cloud(model_attempt)
     verdict = review.verdict
+    if verdict == "error":  # a model fault is data: retried and then handled like an outage
+        retry = attempt < ctx.policy.max_retries
+        step = Step(index, "cloud_review", f"{review.error}:{'retry' if retry else 'give_up'}", "max_retries",
+                    {"attempt": attempt, "error": review.error}, review.cost, review.latency_ms)
+        return {"steps": step, "cloud_attempts": attempt + 1, "cloud_model_calls": model_attempt + 1,
+                "failure_source": "cloud", "next": "cloud_review" if retry else "fallback"}
     step = Step(index, "cloud_review", verdict, None, {"attempt": attempt, "reason": review.reason}, review.cost,
                 review.latency_ms)
+    calls_made = model_attempt + 1
     if verdict == "veto":
-        return {"steps": step, "cloud_attempts": attempt + 1, "outcome": VETOED, "next": "finish"}
+        return {"steps": step, "cloud_attempts": attempt + 1, "cloud_model_calls": calls_made, "outcome": VETOED,
+                "next": "finish"}
     if verdict == "revise":
-        return {"steps": step, "cloud_attempts": attempt + 1, "action_role": "revision", "next": "confirm"}
-    return {"steps": step, "cloud_attempts": attempt + 1, "next": "confirm"}
+        return {"steps": step, "cloud_attempts": attempt + 1, "cloud_model_calls": calls_made,
+                "action_role": "revision", "next": "confirm"}
+    return {"steps": step, "cloud_attempts": attempt + 1, "cloud_model_calls": calls_made, "next": "confirm"}
 
 
 def confirm(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
@@ -197,7 +213,7 @@ def recursion_limit(policy: Policy) -> int:
 
 
 def initial_state() -> dict[str, Any]:
-    return {"steps": [], "action_role": "proposal", "cloud_attempts": 0, "tool_attempts": 0}
+    return {"steps": [], "action_role": "proposal", "cloud_attempts": 0, "cloud_model_calls": 0, "tool_attempts": 0}
 
 
 def replay(scenario: Scenario, policy: Policy, record: ModelRecord, environment: Environment,

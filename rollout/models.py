@@ -6,14 +6,16 @@ policy (the replay engine), and a live LangGraph rollout reads the same values t
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from rollout.scenario import Scenario, ToolAction, ToolFault
 
-Verdict = Literal["execute", "veto", "revise"]
+Verdict = Literal["execute", "veto", "revise", "error"]
 ActionRole = Literal["proposal", "revision"]
+# A fault that persisted over this many model attempts is treated as persistent (the last answer repeats).
+MAX_RECORDED_MODEL_ATTEMPTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,15 +24,24 @@ class EdgeAssessment:
     proposal: ToolAction
     cost: float
     latency_ms: float
+    error: str | None = None  # a model fault (rollout.lm.ModelFault); the edge then fails closed (risk 1.0)
 
 
 @dataclass(frozen=True, slots=True)
 class CloudReview:
-    verdict: Verdict
+    verdict: Verdict  # "error" when the call faulted
     revision: ToolAction | None  # set when verdict == "revise"
     reason: str
     cost: float
     latency_ms: float
+    error: str | None = None  # the fault class when verdict == "error"
+
+
+@runtime_checkable
+class Fittable(Protocol):
+    """A backend with parameters fitted on the train split (and only on it)."""
+
+    def fit(self, scenarios: Sequence[Scenario]) -> None: ...
 
 
 @runtime_checkable
@@ -46,7 +57,10 @@ class CloudModel(Protocol):
     name: str
     simulated: bool
 
-    def review(self, scenarios: Sequence[Scenario], proposals: Sequence[ToolAction]) -> list[CloudReview]: ...
+    def review(self, scenarios: Sequence[Scenario], proposals: Sequence[ToolAction],
+               attempt: int = 0) -> list[CloudReview]:
+        """``attempt`` > 0 asks again after a fault (a real backend re-samples with another seed)."""
+        ...
 
 
 @runtime_checkable
@@ -79,13 +93,22 @@ class GroundTruthEnvironment:
 
 @dataclass(frozen=True, slots=True)
 class ModelRecord:
-    """Every model output a rollout of this scenario can need, whatever the policy."""
+    """Every model output a rollout of this scenario can need, whatever the policy.
+
+    ``cloud`` holds the review of each model attempt: a faulted attempt is followed by the next one, up to
+    ``MAX_RECORDED_MODEL_ATTEMPTS``; later attempts repeat the last.
+    """
 
     scenario_id: str
     edge: EdgeAssessment
-    cloud: CloudReview
+    cloud: tuple[CloudReview, ...]
     user_confirms_proposal: bool
     user_confirms_revision: bool
+
+    @property
+    def decisive_review(self) -> CloudReview:
+        """The first review that is not a fault (or the last fault): the one a rollout acts on."""
+        return next((r for r in self.cloud if r.verdict != "error"), self.cloud[-1])
 
 
 class Calls(Protocol):
@@ -94,7 +117,7 @@ class Calls(Protocol):
     scenario: Scenario
 
     def edge(self) -> EdgeAssessment: ...
-    def cloud(self) -> CloudReview: ...
+    def cloud(self, model_attempt: int = 0) -> CloudReview: ...
     def action(self, role: ActionRole) -> ToolAction: ...
     def user_confirms(self, role: ActionRole) -> bool: ...
     def tool_result(self, attempt: int) -> ToolFault: ...
@@ -114,14 +137,16 @@ class RecordedCalls:
         self._edge = record.edge
         self._cloud = record.cloud
         self._proposal = record.edge.proposal
-        self._revision = record.cloud.revision if record.cloud.revision is not None else record.edge.proposal
+        decisive = record.decisive_review
+        self._revision = decisive.revision if decisive.revision is not None else record.edge.proposal
         self._confirms = {"proposal": record.user_confirms_proposal, "revision": record.user_confirms_revision}
 
     def edge(self) -> EdgeAssessment:
         return self._edge
 
-    def cloud(self) -> CloudReview:
-        return self._cloud
+    def cloud(self, model_attempt: int = 0) -> CloudReview:
+        reviews = self._cloud
+        return reviews[model_attempt] if model_attempt < len(reviews) else reviews[-1]
 
     def action(self, role: ActionRole) -> ToolAction:
         return self._revision if role == "revision" else self._proposal
@@ -146,7 +171,7 @@ class LiveCalls:
         self.models = models
         self.environment = models.environment
         self._edge: EdgeAssessment | None = None
-        self._cloud: CloudReview | None = None
+        self._cloud: list[CloudReview] = []
         self._answers: dict[str, bool] = {}
 
     def edge(self) -> EdgeAssessment:
@@ -154,16 +179,21 @@ class LiveCalls:
             self._edge = self.models.edge.assess([self.scenario])[0]
         return self._edge
 
-    def cloud(self) -> CloudReview:
-        if self._cloud is None:
-            self._cloud = self.models.cloud.review([self.scenario], [self.edge().proposal])[0]
-        return self._cloud
+    def cloud(self, model_attempt: int = 0) -> CloudReview:
+        model_attempt = min(model_attempt, MAX_RECORDED_MODEL_ATTEMPTS - 1)
+        while len(self._cloud) <= model_attempt:
+            attempt = len(self._cloud)
+            if self._cloud and self._cloud[-1].verdict != "error":
+                self._cloud.append(self._cloud[-1])  # only faults are retried
+                continue
+            self._cloud.append(self.models.cloud.review([self.scenario], [self.edge().proposal], attempt)[0])
+        return self._cloud[model_attempt]
 
     def action(self, role: ActionRole) -> ToolAction:
         if role == "revision":
-            revision = self.cloud().revision
-            assert revision is not None, "a revision role exists only after a 'revise' verdict"
-            return revision
+            decisive = next((r for r in self._cloud if r.verdict != "error"), None)
+            assert decisive is not None and decisive.revision is not None, "a revision exists only after 'revise'"
+            return decisive.revision
         return self.edge().proposal
 
     def user_confirms(self, role: ActionRole) -> bool:
@@ -178,18 +208,18 @@ class LiveCalls:
         return self.environment.cloud_reachable(self.scenario, attempt)
 
 
-def action_for(record: ModelRecord, role: ActionRole) -> ToolAction:
-    if role == "revision" and record.cloud.revision is not None:
-        return record.cloud.revision
-    return record.edge.proposal
-
-
 @dataclass(frozen=True)
 class ModelSet:
     edge: EdgeModel
     cloud: CloudModel
     user: UserModel
     environment: Environment
+    cached: tuple = ()  # the CachedLM wrappers in use, for hit/miss counts
+
+    def cache_stats(self) -> dict[str, int]:
+        hits = sum(c.stats.hits for c in self.cached)
+        misses = sum(c.stats.misses for c in self.cached)
+        return {"hits": hits, "misses": misses, "calls_made": misses}
 
     @property
     def simulated(self) -> bool:
@@ -201,21 +231,48 @@ class ModelSet:
             "cloud": self.cloud.name,
             "user": self.user.name,
             "simulated": self.simulated,
+            "model_calls": self.cache_stats(),
         }
 
-    def record(self, scenarios: Sequence[Scenario]) -> list[ModelRecord]:
-        """All model outputs for these scenarios, batched per model."""
+    def fit(self, train: Sequence[Scenario]) -> None:
+        """Fit the backends that learn from data, on the train split only."""
+        for model in (self.edge, self.cloud):
+            if isinstance(model, Fittable):
+                model.fit(train)
+
+    def record(self, scenarios: Sequence[Scenario], progress: Callable[[int, int], None] | None = None,
+               chunk: int = 256) -> list[ModelRecord]:
+        """All model outputs for these scenarios, in chunks (``progress(done, total)`` after each)."""
         scenarios = list(scenarios)
+        records: list[ModelRecord] = []
+        for start in range(0, len(scenarios), chunk):
+            records.extend(self._record_chunk(scenarios[start:start + chunk]))
+            if progress is not None:
+                progress(len(records), len(scenarios))
+        return records
+
+    def _record_chunk(self, scenarios: list[Scenario]) -> list[ModelRecord]:
+        """Batched per model; faulted cloud calls are asked again (attempt 1, 2, ...) until they answer or
+        ``MAX_RECORDED_MODEL_ATTEMPTS`` is reached."""
         assessments = self.edge.assess(scenarios)
-        reviews = self.cloud.review(scenarios, [a.proposal for a in assessments])
+        proposals = [a.proposal for a in assessments]
+        reviews: list[list[CloudReview]] = [[r] for r in self.cloud.review(scenarios, proposals)]
+        for attempt in range(1, MAX_RECORDED_MODEL_ATTEMPTS):
+            faulted = [i for i, chain in enumerate(reviews) if chain[-1].verdict == "error"]
+            if not faulted:
+                break
+            again = self.cloud.review([scenarios[i] for i in faulted], [proposals[i] for i in faulted], attempt)
+            for i, review in zip(faulted, again, strict=True):
+                reviews[i].append(review)
         records = []
-        for scenario, assessment, review in zip(scenarios, assessments, reviews, strict=True):
-            revision = review.revision if review.revision is not None else assessment.proposal
+        for scenario, assessment, chain in zip(scenarios, assessments, reviews, strict=True):
+            decisive = next((r for r in chain if r.verdict != "error"), chain[-1])
+            revision = decisive.revision if decisive.revision is not None else assessment.proposal
             records.append(
                 ModelRecord(
                     scenario_id=scenario.id,
                     edge=assessment,
-                    cloud=review,
+                    cloud=tuple(chain),
                     user_confirms_proposal=self.user.confirms(scenario, assessment.proposal),
                     user_confirms_revision=self.user.confirms(scenario, revision),
                 )

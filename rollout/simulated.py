@@ -109,7 +109,8 @@ class SimulatedCloud:
         self.config = config or SimulatedCloudConfig()
         self.name = f"simulated-cloud(seed={self.config.seed})"
 
-    def review(self, scenarios: Sequence[Scenario], proposals: Sequence[ToolAction]) -> list[CloudReview]:
+    def review(self, scenarios: Sequence[Scenario], proposals: Sequence[ToolAction],
+               attempt: int = 0) -> list[CloudReview]:
         return [self._review(s, p) for s, p in zip(scenarios, proposals, strict=True)]
 
     def _review(self, scenario: Scenario, proposal: ToolAction) -> CloudReview:

@@ -48,9 +48,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.engine:
         config = config.model_copy(update={"engine": args.engine})
     suite = build_suite(config.suite, loaded.base_dir)
-    models = build_models(config.models)
+    host = None
+    if config.models.uses_actors():
+        from cluster.hosting import RayHost
+
+        host = RayHost()
+    models = build_models(config.models, host)
     evaluator = Evaluator(suite, models, RuleVerifier(loaded.rewards), config.costs, config.engine,
-                          config.gate.confidence)
+                          config.gate.confidence, progress=_progress)
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
     for split, size in sizes.items():
         if size == 0:
@@ -127,6 +132,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "seconds": round(time.perf_counter() - started, 3),
     }
     write_json_atomic(out / "summary.json", summary)
+    calls = models.cache_stats()
+    print(f"\nModel calls: {calls['calls_made']} made, {calls['hits']} answered from the cache")
     print(f"\nResults: {out}/ (summary.json, policy_results.parquet, rollouts.parquet, attribution.parquet, "
           "scenarios.parquet)")
     return 0

@@ -23,7 +23,7 @@ from verifiers.taxonomy import FailureKind, SuccessKind
 from verifiers.verdict import Verdict
 
 Engine = Literal["replay", "graph"]
-Progress = Callable[[int, int], None]
+Progress = Callable[[str], None]
 
 
 @contextmanager
@@ -66,14 +66,24 @@ class Evaluator:
     """Holds a suite, its models and the verifier; records each split's model outputs once."""
 
     def __init__(self, suite: Suite, models: ModelSet, verifier: Verifier, costs: Costs = DEFAULT_COSTS,
-                 engine: Engine = "replay", confidence: float = 0.95) -> None:
+                 engine: Engine = "replay", confidence: float = 0.95, progress: Progress | None = None) -> None:
         self.suite = suite
         self.models = models
         self.verifier = verifier
         self.costs = costs
         self.engine = engine
         self.confidence = confidence
+        self.progress = progress  # progress(message) for long model work
         self._calls: dict[str, list[RecordedCalls]] = {}
+        self._fitted = False
+
+    def fit(self) -> None:
+        """Fit learned backends (calibration, probes) on the train split, once, before any recording."""
+        if not self._fitted:
+            if self.progress is not None and not self.models.simulated:
+                self.progress(f"    fitting learned backends on the train split ({len(self.scenarios('train'))})")
+            self.models.fit(self.scenarios("train"))
+            self._fitted = True
 
     def scenarios(self, split: Split) -> Sequence[Scenario]:
         return self.suite.scenarios(split)
@@ -81,13 +91,19 @@ class Evaluator:
     def recorded_calls(self, split: Split) -> list[RecordedCalls]:
         """Model outputs for the split, recorded on first use and shared by every policy evaluated after."""
         if split not in self._calls:
+            self.fit()
             scenarios = self.scenarios(split)
-            self._calls[split] = prepare_calls(scenarios, self.models.record(scenarios), self.models)
+            report = None
+            if self.progress is not None and not self.models.simulated:
+                report = lambda done, total: self.progress(f"    recording model outputs, {split}: {done}/{total}")  # noqa: E731
+            records = self.models.record(scenarios, progress=report)
+            self._calls[split] = prepare_calls(scenarios, records, self.models)
         return self._calls[split]
 
     def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
         if self.engine == "replay":
             return replay_all(self.recorded_calls(split), policy, self.costs)
+        self.fit()
         return graph_all(self.scenarios(split), policy, self.models, self.costs)
 
     def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:

