@@ -38,7 +38,7 @@ REVIEW_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "verdict": {"type": "string", "enum": ["execute", "veto", "revise"]},
-        "reason": {"type": "string", "maxLength": 300},
+        "reason": {"type": "string", "maxLength": 120},
         "revised_action": {
             "anyOf": [
                 {"type": "null"},

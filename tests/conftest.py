@@ -50,3 +50,15 @@ def make_record(scenario: Scenario, *, risk=0.5, verdict="execute", revision=Non
 @pytest.fixture
 def environment():
     return GroundTruthEnvironment()
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A private local Ray for the session (no dashboard), stopped at the end."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": {"PYTHONPATH": str(__import__("pathlib").Path(__file__).parents[1])}})
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,88 @@
+import multiprocessing
+import pickle
+
+from rollout.cache import CachedLM, CallCache, call_key
+from rollout.lm import GenerateRequest, GenerateResult, SamplingParams, ScoreRequest, ScoreResult, messages
+
+
+class CountingLM:
+    """A deterministic test engine that counts the calls reaching it."""
+
+    model_id = "counting@0"
+
+    def __init__(self, fault=None):
+        self.calls = 0
+        self.fault = fault
+
+    def score(self, requests):
+        self.calls += len(requests)
+        return [ScoreResult(probabilities=(0.25, 0.5), error=self.fault) for _ in requests]
+
+    def generate(self, requests):
+        self.calls += len(requests)
+        return [GenerateResult(text=r.messages[-1].content.upper(), error=self.fault) for r in requests]
+
+
+def gen(text, seed=0, temperature=0.0, schema=None):
+    return GenerateRequest(messages=messages("sys", text), params=SamplingParams(seed=seed, temperature=temperature),
+                           json_schema=schema)
+
+
+def test_key_covers_model_prompt_params_seed_and_schema():
+    base = call_key("m@1", "generate", gen("hi"))
+    assert base == call_key("m@1", "generate", gen("hi"))
+    assert len({base, call_key("m@2", "generate", gen("hi")), call_key("m@1", "generate", gen("ho")),
+                call_key("m@1", "generate", gen("hi", seed=1)), call_key("m@1", "generate", gen("hi", temperature=0.5)),
+                call_key("m@1", "generate", gen("hi", schema={"type": "object"})),
+                call_key("m@1", "score", ScoreRequest(messages=messages("sys", "hi"), candidates=("Yes",)))}) == 7
+
+
+def test_second_pass_makes_no_calls_and_returns_the_same(tmp_path):
+    lm = CountingLM()
+    cached = CachedLM(lm, CallCache(tmp_path / "c.sqlite"))
+    requests = [gen(f"q{i}") for i in range(20)] + [gen("q0")]  # a duplicate within the batch
+    first = cached.generate(requests)
+    assert lm.calls == 21 and cached.stats.misses == 21
+    again = CachedLM(lm, CallCache(tmp_path / "c.sqlite"))  # a new process would see the same file
+    assert again.generate(requests) == first
+    assert lm.calls == 21 and again.stats.hits == 21 and again.stats.misses == 0
+    scores = again.score([ScoreRequest(messages=messages("s", "x"), candidates=("Yes", "No"))])
+    assert scores[0].probabilities == (0.25, 0.5) and again.stats.misses == 1
+
+
+def test_transient_faults_are_not_cached_but_malformed_output_is(tmp_path):
+    cache = CallCache(tmp_path / "c.sqlite")
+    timeouts = CountingLM(fault="MODEL_TIMEOUT")
+    CachedLM(timeouts, cache).generate([gen("a")])
+    CachedLM(timeouts, cache).generate([gen("a")])
+    assert timeouts.calls == 2
+    malformed = CountingLM(fault="MALFORMED_OUTPUT")
+    CachedLM(malformed, cache).generate([gen("b")])
+    CachedLM(malformed, cache).generate([gen("b")])
+    assert malformed.calls == 1
+
+
+def _writer(args):
+    path, worker = args
+    cache = CallCache(path)
+    for i in range(150):
+        key = f"k{(i + worker * 50) % 300}"  # overlapping keys across writers
+        cache.put_many([(key, f'"{key}"')])
+        assert cache.get_many([key])[key] == f'"{key}"'
+    return worker
+
+
+def test_several_processes_share_one_cache_file(tmp_path):
+    path = tmp_path / "shared.sqlite"
+    CallCache(path)
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        assert sorted(pool.map(_writer, [(path, w) for w in range(4)])) == [0, 1, 2, 3]
+    cache = CallCache(path)
+    assert len(cache) == 300
+    assert cache.get_many(["k7", "k299"]) == {"k7": '"k7"', "k299": '"k299"'}
+
+
+def test_cache_pickles_by_path(tmp_path):
+    cache = CallCache(tmp_path / "p.sqlite")
+    cache.put_many([("a", "1")])
+    assert pickle.loads(pickle.dumps(cache)).get_many(["a"]) == {"a": "1"}

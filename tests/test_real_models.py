@@ -1,0 +1,108 @@
+"""Real models on CPU: SmolLM2 through transformers, the MiniLM probe, and the cache across whole runs."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip("torch", reason="needs the models extra (make install-models)")
+pytest.importorskip("transformers")
+
+from rollout.calibration import escalation_label  # noqa: E402
+from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from rollout.errors import FarInputError  # noqa: E402
+from rollout.lm import ScoreRequest, messages  # noqa: E402
+
+pytestmark = pytest.mark.models
+REPO = Path(__file__).resolve().parents[1]
+SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=21))
+TRAIN, HOLDOUT = list(SUITE.scenarios("train")), list(SUITE.scenarios("holdout"))
+
+
+@pytest.fixture(scope="module")
+def smollm2_lm():
+    from rollout.engines.hf import TransformersLM
+    from rollout.weights import smollm2
+
+    model = smollm2()
+    assert (model.path / "model.safetensors").is_file() and model.model_id.startswith("smollm2-135m-instruct@")
+    assert smollm2().model_id == model.model_id  # exported once, then reused
+    return TransformersLM(model)
+
+
+def test_scores_are_probabilities_and_batching_does_not_change_them(smollm2_lm):
+    requests = [ScoreRequest(messages=messages("Answer Yes or No.", f"Is {x} a risky action?"),
+                             candidates=("Yes", "No")) for x in ("unlocking the door", "reading the time", "wiring $5000")]
+    batched = smollm2_lm.score(requests)
+    single = [smollm2_lm.score([r])[0] for r in requests]
+    for b, s in zip(batched, single):
+        assert all(0.0 < p <= 1.0 for p in b.probabilities) and sum(b.probabilities) <= 1.0 + 1e-6
+        assert b.probabilities == pytest.approx(s.probabilities, rel=1e-3)
+
+
+def test_risk_edge_calibrates_on_train_only(smollm2_lm):
+    from rollout.lm_backends import LMRiskEdge
+
+    edge = LMRiskEdge(smollm2_lm)
+    with pytest.raises(FarInputError, match="train split"):
+        edge.fit(HOLDOUT[:4])
+    sample = TRAIN[:24]
+    raw, _ = edge.raw_scores(sample)
+    edge.fit(sample)
+    risks = [a.risk for a in edge.assess(sample)]
+    assert all(0.0 <= r <= 1.0 for r in risks) and np.std(risks) > 0
+    # Platt scaling is monotone: the calibrated order is the raw order (or its reverse)
+    order = np.argsort(raw, kind="stable")
+    calibrated = np.array(risks)[order]
+    assert np.all(np.diff(calibrated) >= -1e-12) or np.all(np.diff(calibrated) <= 1e-12)
+
+
+def test_embedding_probe_ranks_holdout_risk(tmp_path):
+    from rollout.cache import CallCache
+    from rollout.embedding_edge import EmbeddingRiskEdge
+
+    edge = EmbeddingRiskEdge(cache=CallCache(tmp_path / "c.sqlite"))
+    with pytest.raises(FarInputError):
+        edge.assess(HOLDOUT[:2])  # not fitted yet
+    edge.fit(TRAIN)
+    risks = np.array([a.risk for a in edge.assess(HOLDOUT)])
+    labels = np.array([escalation_label(s) for s in HOLDOUT])
+    positives, negatives = risks[labels == 1], risks[labels == 0]
+    auc = np.mean([(p > n) + 0.5 * (p == n) for p in positives for n in negatives])
+    assert auc > 0.8
+    before = edge.stats.misses
+    edge.assess(HOLDOUT)
+    assert edge.stats.misses == before  # embeddings come from the cache the second time
+
+
+def test_rerun_of_a_real_model_evaluation_makes_no_model_calls(tmp_path):
+    config = {
+        "suite": {"name": "edge_cloud", "seed": 3, "size": 40},
+        "models": {"edge": {"backend": "smollm2"}, "cache": {"path": str(tmp_path / "calls.sqlite")}},
+        "policies": {"a": {"cloud_threshold": 0.3}, "b": {"cloud_threshold": 0.6}, "c": {"cloud_threshold": 0.9}},
+    }
+    path = tmp_path / "far.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(out):
+        done = subprocess.run([sys.executable, "-m", "search", "evaluate", str(path), "--output", out], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads((tmp_path / out / "summary.json").read_text())
+
+    first, second = run("first"), run("second")
+    assert first["models"]["simulated"] is True  # the cloud and user are simulated here
+    assert "lm-edge(smollm2-135m-instruct@" in first["models"]["edge"]
+    # 3 policies x 40 scenarios: at most one call per distinct prompt (some scenarios share one), not per
+    # policy; recording the train split reuses the calls made to fit the calibration
+    train = first["splits"]["train"]["count"]
+    assert first["models"]["model_calls"]["calls_made"] <= 40
+    assert first["models"]["model_calls"]["hits"] >= train
+    assert second["models"]["model_calls"]["calls_made"] == 0
+    assert second["models"]["model_calls"]["hits"] == 40 + train
+    assert first["results"] == second["results"]
