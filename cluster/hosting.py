@@ -7,7 +7,7 @@ import ray
 
 from cluster.actors import ActorLM, start_lm_actor
 from rollout.backends import InProcessHost
-from rollout.engines import EngineSpec
+from rollout.engines import EngineSpec, LazyLM, engine_model_id
 from rollout.lm import LM
 
 
@@ -25,17 +25,24 @@ class RayHost(InProcessHost):
         super().__init__()
         self.timeout_s = timeout_s
         self.actors: dict[str, Any] = {}
+        self.proxies: dict[str, LM] = {}
 
     def lm(self, spec: EngineSpec, actor: bool) -> LM:
         if not actor:
             return super().lm(spec, actor=False)
         key = spec.model_dump_json()
-        if key not in self.actors:
-            ensure_ray()
-            self.actors[key] = start_lm_actor(spec)
-        return ActorLM(self.actors[key], timeout_s=self.timeout_s)
+        if key not in self.proxies:
+
+            def start() -> LM:
+                ensure_ray()
+                self.actors[key] = start_lm_actor(spec)
+                return ActorLM(self.actors[key], timeout_s=self.timeout_s)
+
+            self.proxies[key] = LazyLM(engine_model_id(spec), start)  # no actor until a call misses the cache
+        return self.proxies[key]
 
     def shutdown(self) -> None:
         for handle in self.actors.values():
             ray.kill(handle)
         self.actors.clear()
+        self.proxies.clear()

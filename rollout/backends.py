@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.cache import CachedLM, CallCache
-from rollout.engines import EngineSpec, build_engine
+from rollout.engines import EngineSpec, LazyLM, build_engine, engine_model_id
 from rollout.errors import FarInputError, from_validation_error
 from rollout.lm import LM
 from rollout.models import GroundTruthEnvironment, ModelSet
@@ -47,7 +47,7 @@ class InProcessHost:
             raise FarInputError("actor: true needs Ray (run through `far`, which starts it)", field="models")
         key = spec.model_dump_json()
         if key not in self._engines:
-            self._engines[key] = build_engine(spec)
+            self._engines[key] = LazyLM(engine_model_id(spec), lambda: build_engine(spec))
         return self._engines[key]
 
 

@@ -62,9 +62,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             raise FarInputError(f"the {split} split is empty: train and holdout both need scenarios "
                                 "(raise suite.size or change suite.holdout_fraction)", file=loaded.source,
                                 field="suite")
-    label = "SIMULATED models" if models.simulated else "real models"
-    print(f"FAR evaluate: suite {suite.name} (train {sizes['train']}, holdout {sizes['holdout']}), {label} "
-          f"[{models.edge.name}; {models.cloud.name}; {models.user.name}], engine {config.engine}", flush=True)
+    def label(model) -> str:
+        return f"{model.name} (SIMULATED)" if getattr(model, "simulated", True) else model.name
+
+    print(f"FAR evaluate: suite {suite.name} (train {sizes['train']}, holdout {sizes['holdout']}), engine "
+          f"{config.engine}\n  models: edge {label(models.edge)}; cloud {label(models.cloud)}; "
+          f"user {label(models.user)}", flush=True)
 
     started = time.perf_counter()
     results, rows = [], []

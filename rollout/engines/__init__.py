@@ -29,6 +29,40 @@ def resolve_weights(model: str):
     return smollm2() if model == "smollm2" else local_model(model)
 
 
+def engine_model_id(spec: EngineSpec) -> str:
+    """The model id an engine will report, known without loading it (so cached runs never load models)."""
+    if spec.engine == "openai":
+        from rollout.engines.openai_http import OpenAICompatibleLM
+
+        options = spec.options
+        if options.get("model_id"):
+            return options["model_id"]
+        return OpenAICompatibleLM(options.get("base_url", ""), spec.model).model_id
+    return resolve_weights(spec.model).model_id
+
+
+class LazyLM:
+    """An ``LM`` that builds its engine on the first call that reaches it: behind the cache, a fully cached
+    run never loads a model or starts an actor."""
+
+    def __init__(self, model_id: str, build) -> None:
+        self.model_id = model_id
+        self._build = build
+        self._lm: LM | None = None
+
+    @property
+    def lm(self) -> LM:
+        if self._lm is None:
+            self._lm = self._build()
+        return self._lm
+
+    def score(self, requests):
+        return self.lm.score(requests) if requests else []
+
+    def generate(self, requests):
+        return self.lm.generate(requests) if requests else []
+
+
 def build_engine(spec: EngineSpec) -> LM:
     try:
         if spec.engine == "transformers":
