@@ -33,6 +33,9 @@ def offline() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # 2 threads on a busy 2-core box made generation ~40x slower
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when transformers is imported
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
