@@ -27,7 +27,7 @@ install: $(VENV)/.core
 install-models: $(VENV)/.models
 
 run: install
-	$(BIN)/far evaluate configs/evaluate.yaml
+	$(BIN)/far search configs/search.yaml
 
 test: install-models
 	$(BIN)/pytest

@@ -142,6 +142,144 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    from search.config import load_search_config
+
+    loaded = load_search_config(args.config, output=args.output)  # all validation before Ray starts
+    config = loaded.config
+    settings = config.search
+
+    from rollout.suites import build_suite
+    from rollout.scenario import SPLITS
+
+    suite = build_suite(config.suite, loaded.base_dir)
+    for split in SPLITS:
+        if not suite.scenarios(split):
+            raise FarInputError(f"the {split} split is empty", file=loaded.source, field="suite")
+
+    from cluster.hosting import RayHost, ensure_ray
+    from cluster.rollout_pool import RolloutPool
+    from rollout.backends import build_models, open_cache
+    from rollout.cache import CachedLM
+    from rollout.engines import EngineSpec
+    from rollout.io import write_json_atomic, write_parquet_atomic, write_text_atomic
+    from search.evaluate import Evaluator
+    from search.gate import gate
+    from search.html_report import render
+    from search.rank import rank
+    from search.report import attribution_table, results_table
+    from search.tune_search import run_tune
+    from verifiers.rules import RuleVerifier
+
+    ensure_ray(args.address)
+    host = RayHost()
+    models = build_models(config.models, host)
+    evaluator = Evaluator(suite, models, RuleVerifier(loaded.rewards), config.costs, config.engine,
+                          config.gate.confidence, progress=_progress)
+    started = time.perf_counter()
+    _progress(f"FAR search: {settings.method}, budget {settings.budget}, space of {loaded.space.grid_size()} grid "
+              f"points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "
+              f"{len(suite.scenarios('holdout'))}); {settings.actors} rollout actors")
+    calls = {split: evaluator.recorded_calls(split) for split in SPLITS}
+    pool = RolloutPool(calls, loaded.rewards, config.costs, config.engine, settings.actors, settings.chunk_size)
+    proposer = None
+    if settings.method == "llm":
+        llm = settings.llm
+        proposer = host.lm(EngineSpec(engine=llm.engine, model=llm.model, options=llm.engine_options), llm.actor)
+        cache = open_cache(config.models.cache)
+        if cache is not None:
+            proposer = CachedLM(proposer, cache)
+    run = run_tune(loaded, pool, models.simulated, resume=args.resume, proposer_lm=proposer,
+                   verbose=0 if args.quiet else 1)
+    if not run.trials:
+        raise FarInputError("no trial finished: see the Tune log above", field="search")
+
+    ranked = rank(run.trials)
+    top: list = []
+    for trial in ranked:
+        if all(trial.policy != other.policy for other in top):
+            top.append(trial)
+        if len(top) == settings.top_k:
+            break
+    results, rows, leaderboard, verdicts = [], [], [], {}
+    for position, trial in enumerate(top, start=1):
+        name = f"rank{position}"
+        train = evaluator.evaluate(name, trial.policy, "train", with_rows=True)
+        holdout = evaluator.evaluate(name, trial.policy, "holdout", with_rows=True)
+        results += [train.result, holdout.result]
+        rows += train.rows + holdout.rows
+        verdict = gate(holdout.result.critical_failures, holdout.result.rollouts_with_critical,
+                       holdout.result.scenarios, holdout.result.mean_cost, config.gate)
+        verdicts[name] = verdict
+        leaderboard.append({
+            "rank": position, "policy": trial.policy.short(),
+            "train_critical": train.result.critical_failures, "holdout_critical": holdout.result.critical_failures,
+            "train_reward/scn": round(train.result.reward / train.result.scenarios, 3),
+            "holdout_reward/scn": round(holdout.result.reward / holdout.result.scenarios, 3),
+            "gap_reward/scn": round(train.result.reward / train.result.scenarios
+                                    - holdout.result.reward / holdout.result.scenarios, 3),
+            "holdout_cost/scn": round(holdout.result.mean_cost, 3),
+            "gate": "DEPLOY" if verdict.deploy else "NO-DEPLOY",
+        })
+    winner_train, winner_holdout = results[0], results[1]
+    winner_gate = verdicts["rank1"]
+
+    print()
+    print(f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(top)} on train, re-evaluated on holdout:")
+    print(results_table(results))
+    print()
+    for row in leaderboard:
+        print(f"  {row['rank']}. {row['policy']}: train critical {row['train_critical']}, holdout critical "
+              f"{row['holdout_critical']}, reward/scn train {row['train_reward/scn']} vs holdout "
+              f"{row['holdout_reward/scn']} (gap {row['gap_reward/scn']}), {row['gate']}")
+    print(f"\nWinner: {top[0].policy.short()}\nGate on holdout: {'DEPLOY' if winner_gate.deploy else 'NO-DEPLOY'}"
+          f" -- {winner_gate.reason}")
+    print("\nReward lost on train by failure and deciding parameter, winner:")
+    print(attribution_table(winner_train))
+    if run.searcher_counts:
+        print(f"\nLLM proposals: {run.searcher_counts}")
+
+    out = loaded.output
+    trial_rows = [{"trial_id": t.trial_id, "order": i, **{f"param_{k}": v for k, v in t.params.items()},
+                   **{k: v for k, v in t.metrics.items() if isinstance(v, (int, float, str, bool))}}
+                  for i, t in enumerate(run.trials)]
+    write_parquet_atomic(out / "trials.parquet", pa.Table.from_pylist(trial_rows))
+    write_parquet_atomic(out / "rollouts.parquet", pa.Table.from_pylist(rows))
+    write_parquet_atomic(out / "policy_results.parquet", pa.Table.from_pylist([r.row() for r in results]))
+    calls_stats = models.cache_stats()
+    summary: dict[str, Any] = {
+        "command": "search",
+        "config_file": loaded.source,
+        "config": loaded.raw,
+        "search": settings.model_dump(),
+        "suite": suite.describe(),
+        "splits": __import__("rollout.suites", fromlist=["split_manifest"]).split_manifest(suite),
+        "models": models.describe(),
+        "engine": config.engine,
+        "trials": len(run.trials),
+        "searcher": run.searcher_counts,
+        "winner": {"policy": top[0].policy.model_dump(mode="json"), "train": winner_train.model_dump(mode="json"),
+                   "holdout": winner_holdout.model_dump(mode="json")},
+        "gate": winner_gate.to_dict(),
+        "leaderboard": leaderboard,
+        "gates": {name: v.to_dict() for name, v in verdicts.items()},
+        "seeds": {"search": settings.seed, "suite": config.suite.model_dump().get("seed")},
+        "versions": _versions(),
+        "seconds": round(time.perf_counter() - started, 3),
+        "model_calls": calls_stats,
+    }
+    write_json_atomic(out / "summary.json", summary)
+    write_text_atomic(out / "report.html", render(f"FAR search: {settings.method}", summary, run.trials,
+                                                  leaderboard, winner_train, winner_holdout))
+    print(f"\nModel calls: {calls_stats['calls_made']} made, {calls_stats['hits']} answered from the cache")
+    print(f"Results: {out}/ (summary.json, trials.parquet, rollouts.parquet, policy_results.parquet, report.html, "
+          "tune/)")
+    pool.shutdown()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="far", description="FAR: failure-as-reward policy search for "
                                                              "edge-cloud agents")
@@ -151,11 +289,21 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--output", help="output directory (default: the config's 'output')")
     evaluate.add_argument("--engine", choices=["replay", "graph"], help="override the config's engine")
     evaluate.set_defaults(handler=cmd_evaluate)
+    search = commands.add_parser("search", help="search the policy space on Ray Tune; gate the winner on holdout")
+    search.add_argument("config", help="search configuration (YAML)")
+    search.add_argument("--output", help="output directory (default: the config's 'output')")
+    search.add_argument("--resume", action="store_true", help="continue an interrupted search in the same output")
+    search.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    search.add_argument("--quiet", action="store_true", help="no Tune progress table")
+    search.set_defaults(handler=cmd_search)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in ("evaluate", "search", "-h", "--help") and not argv[0].startswith("-"):
+        argv = ["search", *argv]  # `python -m search CONFIG.yaml` (e.g. under `ray job submit`) runs a search
     args = parser.parse_args(argv)
     try:
         return args.handler(args)

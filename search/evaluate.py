@@ -19,7 +19,6 @@ from rollout.suites import Suite
 from rollout.trajectory import Trajectory
 from search.results import PolicyResult, aggregate, rollout_row
 from verifiers.rules import Verifier
-from verifiers.taxonomy import FailureKind, SuccessKind
 from verifiers.verdict import Verdict
 
 Engine = Literal["replay", "graph"]
@@ -112,11 +111,8 @@ class Evaluator:
         verify = self.verifier.verify
         with gc_paused():
             verdicts = [verify(s, t) for s, t in zip(scenarios, trajectories, strict=True)]
-        result = aggregate(
-            name, policy, split, verdicts, trajectories,
-            failure_kinds=[k.value for k in FailureKind], success_kinds=[k.value for k in SuccessKind],
-            simulated=self.models.simulated, confidence=self.confidence,
-        )
+        result = aggregate(name, policy, split, verdicts, [t.cost for t in trajectories],
+                           simulated=self.models.simulated, confidence=self.confidence)
         evaluation = SplitEvaluation(result, trajectories, verdicts)
         if with_rows:
             evaluation.rows = [

@@ -12,6 +12,7 @@ from rollout.policy import Policy
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from search.gate import clopper_pearson_upper
+from verifiers.taxonomy import FailureKind, SuccessKind
 from verifiers.verdict import Z_DIMENSIONS, Verdict
 
 MODEL_DECIDED = "(model)"  # attribution bucket for failures no policy parameter decided
@@ -50,8 +51,10 @@ class PolicyResult(BaseModel):
 
 
 def aggregate(policy_name: str, policy: Policy, split: str, verdicts: Sequence[Verdict],
-              trajectories: Sequence[Trajectory], failure_kinds: Sequence[str], success_kinds: Sequence[str],
-              simulated: bool, confidence: float = 0.95) -> PolicyResult:
+              costs: Sequence[float], simulated: bool, confidence: float = 0.95) -> PolicyResult:
+    """One policy's totals over a split from its per-rollout verdicts and costs."""
+    failure_kinds = [k.value for k in FailureKind]
+    success_kinds = [k.value for k in SuccessKind]
     n = len(verdicts)
     failures: Counter[str] = Counter({k: 0 for k in failure_kinds})
     successes: Counter[str] = Counter({k: 0 for k in success_kinds})
@@ -72,7 +75,7 @@ def aggregate(policy_name: str, policy: Policy, split: str, verdicts: Sequence[V
             successes[success.value] += 1
         for i, value in enumerate(verdict.z):
             z_sums[i] += value
-    cost = sum(t.cost for t in trajectories)
+    cost = float(sum(costs))
     return PolicyResult(
         policy_name=policy_name, policy=policy, split=split, scenarios=n, critical_failures=critical,
         rollouts_with_critical=with_critical,

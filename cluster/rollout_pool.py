@@ -1,0 +1,93 @@
+"""A pool of long-lived rollout actors: each holds the recorded model outputs of the splits (shipped once
+through the object store), walks the agent for a policy over a chunk of scenarios and verifies the rollouts.
+
+A trial sends its policy to the pool as chunks (>= 50 scenarios each, so Ray's ~1 ms per call stays small),
+pipelined over the actors, and merges the verdicts in chunk order. An actor that dies mid-chunk is restarted
+(``max_restarts``) and the chunk retried once (``max_task_retries``); each chunk's result is taken exactly
+once, so no rollout is lost or counted twice.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from rollout.agent import Costs, build_graph, replay_calls, run_graph
+from rollout.models import RecordedCalls
+from rollout.policy import Policy
+from verifiers.rules import RuleVerifier
+from verifiers.taxonomy import RewardTable
+from verifiers.verdict import Verdict
+
+MIN_CHUNK = 50
+
+
+@ray.remote(max_restarts=-1, max_task_retries=1)
+class RolloutActor:
+    def __init__(self, calls_by_split: dict[str, Any], rewards: RewardTable, costs: Costs, engine: str) -> None:
+        # refs passed at top level of a dict are not resolved automatically: fetch them here, once
+        self.calls = {split: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
+                      for split, ref in calls_by_split.items()}
+        self.verifier = RuleVerifier(rewards)
+        self.costs = costs
+        self.engine = engine
+        self._graphs: dict[str, Any] = {}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def evaluate(self, policy: Policy, split: str, start: int, stop: int) -> tuple[list[Verdict], list[float]]:
+        import gc
+
+        calls: Sequence[RecordedCalls] = self.calls[split][start:stop]
+        verify = self.verifier.verify
+        gc.disable()  # acyclic garbage only; see search.evaluate.gc_paused
+        try:
+            if self.engine == "graph":
+                key = policy.model_dump_json()
+                if key not in self._graphs:
+                    self._graphs[key] = build_graph(policy)  # built here: compiled graphs do not pickle
+                trajectories = [run_graph(self._graphs[key], c.scenario, c, self.costs) for c in calls]
+            else:
+                trajectories = [replay_calls(c, policy, self.costs) for c in calls]
+            verdicts = [verify(c.scenario, t) for c, t in zip(calls, trajectories)]
+        finally:
+            gc.enable()
+        return verdicts, [t.cost for t in trajectories]
+
+
+class RolloutPool:
+    """Handles to the actors plus the chunking rule; picklable, so Tune trials can carry it."""
+
+    def __init__(self, calls_by_split: dict[str, list[RecordedCalls]], rewards: RewardTable, costs: Costs,
+                 engine: str = "replay", actors: int = 2, chunk_size: int = 200) -> None:
+        if chunk_size < MIN_CHUNK:
+            raise ValueError(f"chunk_size must be >= {MIN_CHUNK}")
+        self.sizes = {split: len(calls) for split, calls in calls_by_split.items()}
+        self.chunk_size = chunk_size
+        refs = {split: ray.put(calls) for split, calls in calls_by_split.items()}
+        # num_cpus=0: the actors do the work while trials wait on them; reserving CPUs for both deadlocks a
+        # 2-core machine (see stack notes)
+        self.actors = [RolloutActor.options(num_cpus=0).remote(refs, rewards, costs, engine) for _ in range(actors)]
+        self._refs = refs  # keep the data alive for restarts
+
+    def chunks(self, split: str) -> list[tuple[int, int]]:
+        size = self.sizes[split]
+        return [(start, min(start + self.chunk_size, size)) for start in range(0, size, self.chunk_size)]
+
+    def evaluate(self, policy: Policy, split: str) -> tuple[list[Verdict], list[float]]:
+        """Verdicts and costs for every scenario of the split, in scenario order."""
+        pending = [self.actors[i % len(self.actors)].evaluate.remote(policy, split, start, stop)
+                   for i, (start, stop) in enumerate(self.chunks(split))]
+        verdicts: list[Verdict] = []
+        costs: list[float] = []
+        for chunk_verdicts, chunk_costs in ray.get(pending):
+            verdicts.extend(chunk_verdicts)
+            costs.extend(chunk_costs)
+        return verdicts, costs
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)

@@ -1,0 +1,166 @@
+"""``far search``: policy search on Ray Tune, trials fanned out to rollout actors.
+
+Tune optimises one scalar, ``score`` = -critical_failures * 1e9 + reward: it orders trials exactly as the
+lexicographic rule does on (critical failures, reward) while |reward| < 5e8, and ignores cost. The final
+ranking never uses it: all trials are ranked with ``search.rank`` (critical, reward, cost), the top-k are
+re-evaluated on holdout, and the gate judges the winner on holdout.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+
+from cluster.rollout_pool import RolloutPool
+from rollout.policy import Policy
+from search.config import LoadedSearchConfig, SearchSettings
+from search.evolution import EvolutionarySearcher
+from search.results import PolicyResult, aggregate
+from search.space import BoolDomain, ChoiceDomain, FloatDomain, IntDomain, PolicySpace
+
+CRITICAL_WEIGHT = 1e9
+METRIC = "score"
+
+
+def lexicographic_score(critical_failures: float, reward: float) -> float:
+    """Tune's scalar; exact for the lexicographic order on (critical, reward) while |reward| < 5e8."""
+    return -critical_failures * CRITICAL_WEIGHT + reward
+
+
+def trial_metrics(result: PolicyResult) -> dict[str, Any]:
+    metrics: dict[str, Any] = {
+        METRIC: lexicographic_score(result.critical_failures, result.reward),
+        "critical_failures": result.critical_failures,
+        "reward": result.reward,
+        "cost": result.cost,
+        "mean_cost": result.mean_cost,
+        "scenarios": result.scenarios,
+    }
+    metrics.update({f"failures_{k}": v for k, v in result.failure_counts.items()})
+    metrics.update({f"z_{k}": v for k, v in result.z_mean.items()})
+    return metrics
+
+
+def evaluate_trial(config: dict[str, Any], pool: RolloutPool, space: PolicySpace, simulated: bool) -> None:
+    """The Tune trainable: one policy on the train split, through the rollout actors."""
+    started = time.perf_counter()
+    policy = space.policy(config)
+    verdicts, costs = pool.evaluate(policy, "train")
+    result = aggregate("trial", policy, "train", verdicts, costs, simulated)
+    # eval_s and finished_at let a benchmark separate Tune's own overhead from the evaluation
+    tune.report({**trial_metrics(result), "eval_s": time.perf_counter() - started, "finished_at": time.time()})
+
+
+def tune_domain(domain: Any, on_grid: bool) -> Any:
+    if isinstance(domain, (ChoiceDomain, BoolDomain)) or on_grid:
+        return tune.choice(list(domain.grid_values()))
+    if isinstance(domain, IntDomain):
+        return tune.randint(domain.low, domain.high + 1)
+    assert isinstance(domain, FloatDomain)
+    return tune.uniform(domain.low, domain.high)
+
+
+def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any = None) -> tuple[Any, dict, int]:
+    """(search_alg, param_space, num_samples) for the method."""
+    if settings.method == "grid":
+        grid = {name: tune.grid_search(list(d.grid_values())) for name, d in space.parameters.items()}
+        return BasicVariantGenerator(random_state=settings.seed), grid, 1
+    if settings.method == "random":
+        param_space = {name: tune_domain(d, settings.on_grid) for name, d in space.parameters.items()}
+        return BasicVariantGenerator(random_state=settings.seed), param_space, settings.budget
+    evolution = settings.evolutionary.model_dump()
+    if settings.method == "evolutionary":
+        searcher = EvolutionarySearcher(space, seed=settings.seed, on_grid=settings.on_grid, metric=METRIC,
+                                        mode="max", **evolution)
+    else:
+        from search.llm_proposer import LLMProposalSearcher
+
+        llm = settings.llm
+        searcher = LLMProposalSearcher(space, proposer_lm, warmup=llm.warmup, temperature=llm.temperature,
+                                       max_tokens=llm.max_tokens, seed=settings.seed, on_grid=settings.on_grid,
+                                       metric=METRIC, mode="max", **evolution)
+    budget = settings.budget
+    if settings.on_grid:
+        budget = min(budget, space.grid_size())
+    return ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency), {}, budget
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str
+    params: dict[str, Any]
+    metrics: dict[str, Any]
+    policy: Policy
+    finished_at: float
+
+    @property
+    def critical_failures(self) -> float:
+        return self.metrics["critical_failures"]
+
+    @property
+    def reward(self) -> float:
+        return self.metrics["reward"]
+
+    @property
+    def cost(self) -> float:
+        return self.metrics["cost"]
+
+
+@dataclass
+class SearchRun:
+    trials: list[TrialRecord]
+    searcher_counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, resume: bool,
+             proposer_lm: Any = None, verbose: int = 1) -> SearchRun:
+    settings = loaded.config.search
+    space = loaded.space
+    storage = loaded.output.resolve()
+    experiment = storage / "tune"
+    trainable = tune.with_resources(
+        tune.with_parameters(evaluate_trial, pool=pool, space=space, simulated=simulated),
+        {"cpu": settings.trial_cpus},
+    )
+    # save the experiment state after every event, so a killed driver resumes without re-running finished trials
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
+    started = time.perf_counter()
+    searcher = None  # our own searcher object, for its counts (a restored run has Tune's copy instead)
+    if resume and tune.Tuner.can_restore(str(experiment)):
+        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_errored=True)
+    else:
+        search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm)
+        searcher = getattr(search_alg, "searcher", None)
+        random.seed(settings.seed)
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune.TuneConfig(metric=METRIC, mode="max", search_alg=search_alg, num_samples=num_samples,
+                                        max_concurrent_trials=settings.concurrency, reuse_actors=True),
+            run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=verbose),
+        )
+    grid = tuner.fit()
+    trials = []
+    for result in grid:
+        if result.error is not None or not result.metrics or "critical_failures" not in result.metrics:
+            continue
+        params = {name: result.config[name] for name in space.parameters}
+        trials.append(TrialRecord(
+            trial_id=result.metrics.get("trial_id", ""), params=params,
+            metrics={k: v for k, v in result.metrics.items() if not isinstance(v, dict)},
+            policy=space.policy(params), finished_at=result.metrics.get("finished_at", 0.0),
+        ))
+    trials.sort(key=lambda t: (t.finished_at, t.trial_id))
+    counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
+    return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started)
+
+
+def tune_experiment_dir(output: Path) -> Path:
+    return output.resolve() / "tune"

@@ -1,0 +1,137 @@
+"""`far search` end to end on a local Ray: methods, outputs, resume after a killed driver, bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from search.rank import rank
+
+REPO = Path(__file__).resolve().parents[1]
+SPACE = {"parameters": {
+    "cloud_threshold": {"type": "float", "low": 0.0, "high": 1.0, "grid": [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]},
+    "max_retries": {"type": "int", "low": 0, "high": 2},
+    "require_confirmation": {"type": "bool"},
+    "fallback_mode": {"type": "choice", "values": ["safe_shutdown", "none"]},
+}}
+
+
+def write(tmp_path, search, space=SPACE, **extra):
+    config = {"suite": {"name": "edge_cloud", "seed": 2, "size": extra.pop("size", 400)}, "space": space,
+              "search": {"actors": 2, "chunk_size": 50, "concurrency": 2, "top_k": 3, **search},
+              "gate": {"max_mean_cost": 0.9}, "output": "out", **extra}
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def far(args, cwd, **kwargs):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "search", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600, **kwargs)
+
+
+class Row:
+    def __init__(self, row):
+        self.critical_failures, self.reward, self.cost = row["critical_failures"], row["reward"], row["cost"]
+        self.params = {k.removeprefix("param_"): v for k, v in row.items() if k.startswith("param_")}
+
+
+def test_evolutionary_search_end_to_end(tmp_path):
+    path = write(tmp_path, {"method": "evolutionary", "budget": 14, "seed": 1,
+                            "evolutionary": {"population": 6}})
+    run = far([str(path), "--quiet"], tmp_path)  # `python -m search CONFIG` runs a search
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = tmp_path / "out"
+    trials = [Row(r) for r in pq.read_table(out / "trials.parquet").to_pylist()]
+    assert len(trials) == 14 and len({json.dumps(t.params, sort_keys=True) for t in trials}) == 14
+    summary = json.loads((out / "summary.json").read_text())
+    best = rank(trials)[0]
+    assert summary["winner"]["policy"] == best.params
+    assert summary["winner"]["train"]["critical_failures"] == best.critical_failures
+    assert summary["winner"]["train"]["reward"] == pytest.approx(best.reward)
+    assert "reason" in summary["gate"] and len(summary["leaderboard"]) == 3
+    assert {"train_reward/scn", "holdout_reward/scn", "gap_reward/scn"} <= set(summary["leaderboard"][0])
+    rollouts = pq.read_table(out / "rollouts.parquet").to_pylist()
+    assert {r["split"] for r in rollouts} == {"train", "holdout"} and len(rollouts) == 3 * 400
+    report = (out / "report.html").read_text()
+    assert report.count("<svg") >= 4 and "Pareto" in report and "<script" not in report
+    assert (out / "tune").is_dir()
+    assert "Winner:" in run.stdout and "Gate on holdout:" in run.stdout
+
+
+@pytest.mark.parametrize("method, budget, expected", [("grid", 24, 24), ("random", 9, 9)])
+def test_grid_and_random(tmp_path, method, budget, expected):
+    space = {"parameters": {**{k: SPACE["parameters"][k] for k in ("cloud_threshold", "max_retries")}},
+             "fixed": {"fallback_mode": "safe_shutdown"}}
+    space["parameters"]["cloud_threshold"] = {"type": "float", "low": 0, "high": 1,
+                                              "grid": [0.0, 0.25, 0.5, 0.75, 1.0, 0.6, 0.3, 0.9]}
+    path = write(tmp_path, {"method": method, "budget": budget}, space=space)
+    run = far(["search", str(path), "--quiet"], tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    trials = pq.read_table(tmp_path / "out" / "trials.parquet").to_pylist()
+    assert len(trials) == expected
+    if method == "grid":
+        points = {(t["param_cloud_threshold"], t["param_max_retries"]) for t in trials}
+        assert len(points) == 24
+
+
+def finished_trials(tune_dir: Path) -> int:
+    return sum(1 for f in tune_dir.glob("*/result.json") if f.stat().st_size > 0)
+
+
+def test_resume_after_the_driver_is_killed(tmp_path):
+    # the graph engine makes each trial take seconds, so the kill lands mid-search
+    path = write(tmp_path, {"method": "evolutionary", "budget": 20, "seed": 4, "concurrency": 1,
+                            "chunk_size": 100, "evolutionary": {"population": 5}}, engine="graph")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen([sys.executable, "-m", "search", "search", str(path), "--quiet"], cwd=tmp_path,
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    tune_dir = tmp_path / "out" / "tune"
+    deadline = time.time() + 300
+    while time.time() < deadline and finished_trials(tune_dir) < 6:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # the driver and everything it started
+    process.wait()
+    done_before = {f.parent.name for f in tune_dir.glob("*/result.json") if f.stat().st_size > 0}
+    assert 6 <= len(done_before) < 20
+    resumed = far(["search", str(path), "--resume", "--quiet"], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    trials = pq.read_table(tmp_path / "out" / "trials.parquet").to_pylist()
+    assert len(trials) == 20
+    assert len({json.dumps({k: v for k, v in t.items() if k.startswith("param_")}, sort_keys=True)
+                for t in trials}) == 20
+    # finished trials were not run again: each trial directory reported exactly one result
+    for trial_dir in done_before:
+        lines = (tune_dir / trial_dir / "result.json").read_text().strip().splitlines()
+        assert len(lines) == 1
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda c: c["search"].update(method="annealing"), "search.method"),
+    (lambda c: c.update(space={"parameters": {}}), "space.parameters"),
+    (lambda c: c.update(space={"parameters": {"temperature": {"type": "bool"}}}), "unknown policy parameter"),
+    (lambda c: c["search"].update(budget=0), "search.budget"),
+    (lambda c: c.update(space={"parameters": {"max_retries": {"type": "int", "low": 0, "high": 99}}}),
+     "max_retries"),
+    (lambda c: c["search"].update(method="grid", budget=5), "more than the budget"),
+])
+def test_bad_search_config_fails_before_ray_starts(tmp_path, mutate, fragment):
+    config = {"suite": {"name": "edge_cloud", "size": 100}, "space": json.loads(json.dumps(SPACE)),
+              "search": {"method": "evolutionary", "budget": 10}}
+    mutate(config)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.time()
+    run = far(["search", str(path)], tmp_path)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in run.stderr
+    assert "Ray" not in run.stderr and time.time() - started < 30
+    assert not (tmp_path / "results").exists()
