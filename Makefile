@@ -33,8 +33,10 @@ test: install-models
 	$(BIN)/pytest
 
 bench: install-models
+	$(PIP) -e '.[bench]'
 	$(BIN)/python bench/bench_core.py
 	$(BIN)/python bench/bench_models.py
+	$(BIN)/python bench/bench_search.py
 
 clean:
 	rm -rf $(VENV) results bench/out .pytest_cache .hypothesis

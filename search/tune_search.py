@@ -49,12 +49,13 @@ def trial_metrics(result: PolicyResult) -> dict[str, Any]:
 
 def evaluate_trial(config: dict[str, Any], pool: RolloutPool, space: PolicySpace, simulated: bool) -> None:
     """The Tune trainable: one policy on the train split, through the rollout actors."""
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     policy = space.policy(config)
     verdicts, costs = pool.evaluate(policy, "train")
     result = aggregate("trial", policy, "train", verdicts, costs, simulated)
     # eval_s and finished_at let a benchmark separate Tune's own overhead from the evaluation
-    tune.report({**trial_metrics(result), "eval_s": time.perf_counter() - started, "finished_at": time.time()})
+    tune.report({**trial_metrics(result), "eval_s": time.perf_counter() - started, "started_at": started_at,
+                 "finished_at": time.time()})
 
 
 def tune_domain(domain: Any, on_grid: bool) -> Any:

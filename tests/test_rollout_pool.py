@@ -1,0 +1,47 @@
+"""The rollout pool: the same verdicts as in-process evaluation, in order, even when an actor dies mid-trial."""
+import threading
+import time
+
+from cluster.rollout_pool import RolloutPool
+from rollout.backends import ModelsConfig, build_models
+from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.policy import Policy
+from search.evaluate import Evaluator
+from verifiers.rules import RuleVerifier
+from verifiers.taxonomy import RewardTable
+
+POLICY = Policy(cloud_threshold=0.4, max_retries=2, fallback_mode="ask_user")
+
+
+def setup(engine="replay"):
+    evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=1500, seed=6)),
+                          build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})), RuleVerifier())
+    calls = {split: evaluator.recorded_calls(split) for split in ("train", "holdout")}
+    return evaluator, RolloutPool(calls, RewardTable(), evaluator.costs, engine, actors=2, chunk_size=50)
+
+
+def test_pool_matches_in_process_evaluation(ray_local):
+    evaluator, pool = setup()
+    try:
+        verdicts, costs = pool.evaluate(POLICY, "holdout")
+        local = evaluator.evaluate("p", POLICY, "holdout")
+        assert verdicts == local.verdicts
+        assert costs == [t.cost for t in local.trajectories]
+        assert len(pool.chunks("holdout")) > 2
+    finally:
+        pool.shutdown()
+
+
+def test_actor_killed_mid_trial_loses_and_duplicates_nothing(ray_local):
+    evaluator, pool = setup(engine="graph")  # slow enough (~2 ms a rollout) to kill an actor mid-chunk
+    try:
+        expected = evaluator.evaluate("p", POLICY, "train").verdicts
+        pids = [ray_local.get(a.pid.remote()) for a in pool.actors]
+        killer = threading.Thread(target=lambda: (time.sleep(0.5), ray_local.kill(pool.actors[0], no_restart=False)))
+        killer.start()
+        verdicts, _ = pool.evaluate(POLICY, "train")
+        killer.join()
+        assert verdicts == expected  # every scenario once, in order
+        assert ray_local.get(pool.actors[0].pid.remote()) != pids[0]  # it was restarted
+    finally:
+        pool.shutdown()
