@@ -135,3 +135,46 @@ def test_bad_search_config_fails_before_ray_starts(tmp_path, mutate, fragment):
     assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in run.stderr
     assert "Ray" not in run.stderr and time.time() - started < 30
     assert not (tmp_path / "results").exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ray_job_submit_against_a_head(tmp_path):
+    """The README's cluster recipe: a head with the dashboard, RAY_AUTH_MODE=token, `python -m search CONFIG`."""
+    import psutil
+
+    temp_dir = Path("/tmp") / f"far-head-{os.getpid()}-{time.time_ns()}"  # short: Ray's socket paths are capped
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    dashboard = _free_port()
+    started = subprocess.run([str(bin_dir / "ray"), "start", "--head", "--dashboard-host=127.0.0.1",
+                              f"--dashboard-port={dashboard}", f"--port={_free_port()}", f"--temp-dir={temp_dir}",
+                              "--num-cpus=2"], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        assert started.returncode == 0, started.stderr[-2000:]
+        config = tmp_path / "job.yaml"
+        config.write_text(yaml.safe_dump({"suite": {"name": "edge_cloud", "size": 300}, "space": SPACE,
+                                          "search": {"method": "random", "budget": 4, "actors": 1, "chunk_size": 50},
+                                          "output": str(tmp_path / "job-out")}))
+        submit = [str(bin_dir / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
+                  "--working-dir", str(tmp_path), "--", "python", "-m", "search", "job.yaml", "--quiet"]
+        job_env = {**env, "RAY_AUTH_MODE": "token"}
+        done = subprocess.run(submit, env=job_env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert len(pq.read_table(tmp_path / "job-out" / "trials.parquet").to_pylist()) == 4
+        without = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
+        refused = subprocess.run(submit, env=without, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "auth" in (refused.stdout + refused.stderr).lower()
+    finally:
+        for process in psutil.process_iter(["cmdline"]):  # stop what this test started, not every Ray
+            try:
+                if str(temp_dir) in " ".join(process.info["cmdline"] or []):
+                    process.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
