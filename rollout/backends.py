@@ -166,11 +166,14 @@ EDGE_BACKENDS: dict[str, Factory] = {
     "lm": _edge_lm({}),
     "embedding": _embedding_edge,
 }
+CLOUD_LM_DEFAULTS: dict[str, dict[str, Any]] = {  # the LM-backed cloud backends and their defaults
+    "vllm": {"engine": "vllm", "model": "smollm2", "actor": True},
+    "openai": {"engine": "openai"},
+    "lm": {},
+}
 CLOUD_BACKENDS: dict[str, Factory] = {
     "simulated": _simulated(SimulatedCloud, SimulatedCloudConfig),
-    "vllm": _cloud_lm({"engine": "vllm", "model": "smollm2", "actor": True}),
-    "openai": _cloud_lm({"engine": "openai"}),
-    "lm": _cloud_lm({}),
+    **{name: _cloud_lm(defaults) for name, defaults in CLOUD_LM_DEFAULTS.items()},
 }
 USER_BACKENDS: dict[str, Factory] = {"simulated": _simulated(SimulatedUser, SimulatedUserConfig)}
 

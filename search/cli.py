@@ -142,6 +142,22 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def proposer_engine(config: Any, explicit: bool) -> tuple[Any, bool]:
+    """The LM for ``method: llm``: ``search.llm`` if given, else the cloud model's engine when the cloud is an
+    LM backend, else SmolLM2 through transformers."""
+    from rollout.backends import CLOUD_LM_DEFAULTS
+    from rollout.engines import EngineSpec
+
+    llm = config.search.llm
+    cloud = config.models.cloud
+    if not explicit and cloud.backend in CLOUD_LM_DEFAULTS:
+        options = {**CLOUD_LM_DEFAULTS[cloud.backend], **cloud.options()}
+        spec = EngineSpec(engine=options["engine"], model=options.get("model", "smollm2"),
+                          options=options.get("engine_options", {}))
+        return spec, bool(options.get("actor", False))
+    return EngineSpec(engine=llm.engine, model=llm.model, options=llm.engine_options), llm.actor
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
@@ -151,8 +167,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     config = loaded.config
     settings = config.search
 
-    from rollout.suites import build_suite
     from rollout.scenario import SPLITS
+    from rollout.suites import build_suite, split_manifest
 
     suite = build_suite(config.suite, loaded.base_dir)
     for split in SPLITS:
@@ -163,7 +179,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     from cluster.rollout_pool import RolloutPool
     from rollout.backends import build_models, open_cache
     from rollout.cache import CachedLM
-    from rollout.engines import EngineSpec
     from rollout.io import write_json_atomic, write_parquet_atomic, write_text_atomic
     from search.evaluate import Evaluator
     from search.gate import gate
@@ -186,8 +201,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     pool = RolloutPool(calls, loaded.rewards, config.costs, config.engine, settings.actors, settings.chunk_size)
     proposer = None
     if settings.method == "llm":
-        llm = settings.llm
-        proposer = host.lm(EngineSpec(engine=llm.engine, model=llm.model, options=llm.engine_options), llm.actor)
+        spec, actor = proposer_engine(config, "llm" in (loaded.raw.get("search") or {}))
+        proposer = host.lm(spec, actor)
         cache = open_cache(config.models.cache)
         if cache is not None:
             proposer = CachedLM(proposer, cache)
@@ -255,7 +270,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         "config": loaded.raw,
         "search": settings.model_dump(),
         "suite": suite.describe(),
-        "splits": __import__("rollout.suites", fromlist=["split_manifest"]).split_manifest(suite),
+        "splits": split_manifest(suite),
         "models": models.describe(),
         "engine": config.engine,
         "trials": len(run.trials),

@@ -106,3 +106,34 @@ def test_rerun_of_a_real_model_evaluation_makes_no_model_calls(tmp_path):
     assert second["models"]["model_calls"]["calls_made"] == 0
     assert second["models"]["model_calls"]["hits"] == 40 + train
     assert first["results"] == second["results"]
+
+
+def test_llm_proposed_search_with_smollm2(tmp_path):
+    """method: llm with the real SmolLM2 proposing policies; whatever it writes is validated and counted."""
+    import pyarrow.parquet as pq
+
+    config = {
+        "suite": {"name": "edge_cloud", "seed": 8, "size": 300},
+        "models": {"cache": {"path": str(tmp_path / "calls.sqlite")}},
+        "space": {"parameters": {
+            "cloud_threshold": {"type": "float", "low": 0, "high": 1, "grid": [0.0, 0.25, 0.5, 0.75, 1.0]},
+            "max_retries": {"type": "int", "low": 0, "high": 2},
+            "fallback_mode": {"type": "choice", "values": ["safe_shutdown", "ask_user", "none"]}}},
+        "search": {"method": "llm", "budget": 6, "concurrency": 1, "actors": 1, "chunk_size": 50, "top_k": 2,
+                   "llm": {"engine": "transformers", "model": "smollm2", "warmup": 3, "max_tokens": 60}},
+        "output": "out",
+    }
+    path = tmp_path / "llm.yaml"
+    path.write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "search", "search", str(path), "--quiet"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    counts = summary["searcher"]
+    assert counts["proposed"] == 3
+    assert counts["accepted"] + counts["invalid"] + counts["duplicate"] == counts["proposed"]
+    trials = pq.read_table(tmp_path / "out" / "trials.parquet").to_pylist()
+    assert len(trials) == 6 and len({json.dumps({k: v for k, v in t.items() if k.startswith("param_")},
+                                                sort_keys=True) for t in trials}) == 6
+    assert "LLM proposals:" in done.stdout
