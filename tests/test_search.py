@@ -165,7 +165,12 @@ def test_ray_job_submit_against_a_head(tmp_path):
         submit = [str(bin_dir / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
                   "--working-dir", str(tmp_path), "--", "python", "-m", "search", "job.yaml", "--quiet"]
         job_env = {**env, "RAY_AUTH_MODE": "token"}
-        done = subprocess.run(submit, env=job_env, capture_output=True, text=True, timeout=300)
+        deadline = time.time() + 120
+        while True:  # the head's job agent can take a few seconds to come up after `ray start` returns
+            done = subprocess.run(submit, env=job_env, capture_output=True, text=True, timeout=300)
+            if "No available agent" not in done.stdout + done.stderr or time.time() > deadline:
+                break
+            time.sleep(2)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         assert len(pq.read_table(tmp_path / "job-out" / "trials.parquet").to_pylist()) == 4
         without = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
