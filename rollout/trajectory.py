@@ -8,10 +8,11 @@ from rollout.models import ModelRecord
 from rollout.policy import Policy
 
 
-@dataclass(slots=True)  # not frozen: a frozen dataclass is ~4x dearer to build, and replay builds millions
+# not frozen: a frozen dataclass is ~4x dearer to build, and replay builds millions
+@dataclass(slots=True)
 class Step:
-    """One node visit (treat as immutable). ``parameter`` names the policy field that decided it (None: a model, the user or the
-    environment decided)."""
+    """One node visit (treat as immutable). ``parameter`` names the policy field that decided it (None: a
+    model, the user or the environment decided)."""
 
     index: int
     node: str

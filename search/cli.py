@@ -7,7 +7,6 @@ import sys
 import time
 from collections.abc import Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from rollout.errors import FarInputError

@@ -38,7 +38,8 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def prepare_calls(scenarios: Sequence[Scenario], records: Sequence[ModelRecord], models: ModelSet) -> list[RecordedCalls]:
+def prepare_calls(scenarios: Sequence[Scenario], records: Sequence[ModelRecord],
+                  models: ModelSet) -> list[RecordedCalls]:
     return [RecordedCalls(s, r, models.environment) for s, r in zip(scenarios, records, strict=True)]
 
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rollout.errors import FarInputError, from_validation_error
+from rollout.errors import from_validation_error
 from rollout.io import load_mapping
 from rollout.policy import PARAMETERS, Policy, parse_policy
 
