@@ -180,9 +180,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rollout.cache import CachedLM
     from rollout.io import write_json_atomic, write_parquet_atomic, write_text_atomic
     from search.evaluate import Evaluator
-    from search.gate import gate
     from search.html_report import render
-    from search.rank import rank
+    from search.leaderboard import build_leaderboard
     from search.report import attribution_table, results_table
     from search.tune_search import run_tune
     from verifiers.rules import RuleVerifier
@@ -210,45 +209,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not run.trials:
         raise FarInputError("no trial finished: see the Tune log above", field="search")
 
-    ranked = rank(run.trials)
-    top: list = []
-    for trial in ranked:
-        if all(trial.policy != other.policy for other in top):
-            top.append(trial)
-        if len(top) == settings.top_k:
-            break
-    results, rows, leaderboard, verdicts = [], [], [], {}
-    for position, trial in enumerate(top, start=1):
-        name = f"rank{position}"
-        train = evaluator.evaluate(name, trial.policy, "train", with_rows=True)
-        holdout = evaluator.evaluate(name, trial.policy, "holdout", with_rows=True)
-        results += [train.result, holdout.result]
-        rows += train.rows + holdout.rows
-        verdict = gate(holdout.result.critical_failures, holdout.result.rollouts_with_critical,
-                       holdout.result.scenarios, holdout.result.mean_cost, config.gate)
-        verdicts[name] = verdict
-        leaderboard.append({
-            "rank": position, "policy": trial.policy.short(),
-            "train_critical": train.result.critical_failures, "holdout_critical": holdout.result.critical_failures,
-            "train_reward/scn": round(train.result.reward / train.result.scenarios, 3),
-            "holdout_reward/scn": round(holdout.result.reward / holdout.result.scenarios, 3),
-            "gap_reward/scn": round(train.result.reward / train.result.scenarios
-                                    - holdout.result.reward / holdout.result.scenarios, 3),
-            "holdout_cost/scn": round(holdout.result.mean_cost, 3),
-            "gate": "DEPLOY" if verdict.deploy else "NO-DEPLOY",
-        })
-    winner_train, winner_holdout = results[0], results[1]
-    winner_gate = verdicts["rank1"]
+    board = build_leaderboard(run.trials, evaluator, config.gate, settings.top_k)
+    leaderboard = board.entries()
+    results = [r for pair in zip(board.train, board.holdout) for r in pair]
+    winner, winner_train, winner_holdout, winner_gate = board.policies[0], board.train[0], board.holdout[0], \
+        board.gates[0]
 
     print()
-    print(f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(top)} on train, re-evaluated on holdout:")
+    print(f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(board.policies)} on train, re-evaluated on "
+          "holdout:")
     print(results_table(results))
     print()
     for row in leaderboard:
         print(f"  {row['rank']}. {row['policy']}: train critical {row['train_critical']}, holdout critical "
               f"{row['holdout_critical']}, reward/scn train {row['train_reward/scn']} vs holdout "
               f"{row['holdout_reward/scn']} (gap {row['gap_reward/scn']}), {row['gate']}")
-    print(f"\nWinner: {top[0].policy.short()}\nGate on holdout: {'DEPLOY' if winner_gate.deploy else 'NO-DEPLOY'}"
+    print(f"\nWinner: {winner.short()}\nGate on holdout: {'DEPLOY' if winner_gate.deploy else 'NO-DEPLOY'}"
           f" -- {winner_gate.reason}")
     print("\nReward lost on train by failure and deciding parameter, winner:")
     print(attribution_table(winner_train))
@@ -260,7 +236,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                    **{k: v for k, v in t.metrics.items() if isinstance(v, (int, float, str, bool))}}
                   for i, t in enumerate(run.trials)]
     write_parquet_atomic(out / "trials.parquet", pa.Table.from_pylist(trial_rows))
-    write_parquet_atomic(out / "rollouts.parquet", pa.Table.from_pylist(rows))
+    write_parquet_atomic(out / "rollouts.parquet", pa.Table.from_pylist(board.rows))
     write_parquet_atomic(out / "policy_results.parquet", pa.Table.from_pylist([r.row() for r in results]))
     calls_stats = models.cache_stats()
     summary: dict[str, Any] = {
@@ -274,11 +250,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         "engine": config.engine,
         "trials": len(run.trials),
         "searcher": run.searcher_counts,
-        "winner": {"policy": top[0].policy.model_dump(mode="json"), "train": winner_train.model_dump(mode="json"),
+        "winner": {"policy": winner.model_dump(mode="json"), "train": winner_train.model_dump(mode="json"),
                    "holdout": winner_holdout.model_dump(mode="json")},
         "gate": winner_gate.to_dict(),
         "leaderboard": leaderboard,
-        "gates": {name: v.to_dict() for name, v in verdicts.items()},
+        "gates": [v.to_dict() for v in board.gates],
         "seeds": {"search": settings.seed, "suite": config.suite.model_dump().get("seed")},
         "versions": _versions(),
         "seconds": round(time.perf_counter() - started, 3),
