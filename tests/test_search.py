@@ -153,9 +153,13 @@ def test_ray_job_submit_against_a_head(tmp_path):
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
     dashboard = _free_port()
+    # every port of its own: another Ray (the session's local one) may hold the defaults, agents included
+    ports = [f"--{name}={_free_port()}" for name in (
+        "port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+        "runtime-env-agent-port", "node-manager-port", "object-manager-port", "ray-client-server-port")]
     started = subprocess.run([str(bin_dir / "ray"), "start", "--head", "--dashboard-host=127.0.0.1",
-                              f"--dashboard-port={dashboard}", f"--port={_free_port()}", f"--temp-dir={temp_dir}",
-                              "--num-cpus=2"], env=env, capture_output=True, text=True, timeout=120)
+                              f"--dashboard-port={dashboard}", f"--temp-dir={temp_dir}", "--num-cpus=2", *ports],
+                             env=env, capture_output=True, text=True, timeout=120)
     try:
         assert started.returncode == 0, started.stderr[-2000:]
         config = tmp_path / "job.yaml"
