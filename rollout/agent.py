@@ -6,7 +6,7 @@ Flow: edge_assess -> route (cloud_threshold) -> [cloud_review (retries on outage
 Every node is a pure function ``(state, ctx) -> update`` of the state, the policy and the outside world's
 answers (``ctx.calls``). Each update names the next node in ``"next"`` and appends one ``Step``. The LangGraph
 graph and the replay walker run the very same functions, so their trajectories are identical; replay just
-skips LangGraph's per-step machinery (~1000x cheaper).
+skips LangGraph's per-step machinery (~270x faster here; see BENCHMARKS.md).
 """
 from __future__ import annotations
 
