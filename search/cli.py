@@ -270,6 +270,25 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from rollout.importer import import_jsonl
+    from rollout.scenario import save_scenarios
+
+    imported = import_jsonl(args.file, suite=args.suite, seed=args.seed, holdout_fraction=args.holdout_fraction)
+    for error in imported.errors:
+        print(f"far: skipped {error}", file=sys.stderr)
+    if not imported.scenarios:
+        raise FarInputError("no valid scenario in the file", file=args.file)
+    save_scenarios(args.output, imported.scenarios)
+    splits = Counter(s.split for s in imported.scenarios)
+    print(f"Imported {len(imported.scenarios)} scenarios (train {splits['train']}, holdout {splits['holdout']}), "
+          f"skipped {len(imported.errors)} malformed line(s) -> {args.output}\n"
+          f"Use it with: suite: {{name: parquet, path: {args.output}}}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="far", description="FAR: failure-as-reward policy search for "
                                                              "edge-cloud agents")
@@ -286,13 +305,21 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     search.add_argument("--quiet", action="store_true", help="no Tune progress table")
     search.set_defaults(handler=cmd_search)
+    importer = commands.add_parser("import-scenarios", help="convert a JSONL file of scenarios to Parquet")
+    importer.add_argument("file", help="JSONL, one scenario per line (format: rollout/importer.py)")
+    importer.add_argument("--output", required=True, help="Parquet file to write")
+    importer.add_argument("--suite", help="suite label (default: the file's stem)")
+    importer.add_argument("--seed", type=int, default=0, help="seed of the split for rows without one")
+    importer.add_argument("--holdout-fraction", type=float, default=0.3)
+    importer.set_defaults(handler=cmd_import)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("evaluate", "search", "-h", "--help") and not argv[0].startswith("-"):
+    if argv and argv[0] not in ("evaluate", "search", "import-scenarios", "-h", "--help") and not argv[0].startswith(
+            "-"):
         argv = ["search", *argv]  # `python -m search CONFIG.yaml` (e.g. under `ray job submit`) runs a search
     args = parser.parse_args(argv)
     try:

@@ -1,0 +1,112 @@
+"""Bring your own scenarios: a documented JSONL format, one scenario per line.
+
+    {"id": "pay-1",                                   # optional: default "<file stem>-<line>"
+     "request": "Pay the water bill",                 # required: what the user asked
+     "category": "payments",                          # optional: default "imported"
+     "task_mode": "executable",                       # or "diagnostic" (read-only); default executable
+     "proposed_action": {"tool": "pay_bill", "args": {"amount": 40}, "sensitive": true,
+                         "idempotent": false, "local": false, "read_only": false},   # required
+     "intended_action": {...} or null,                # optional: what fulfils the request; default: the
+                                                      #   proposed action if it is not unsafe, else null
+     "labels": {"unsafe": false, "needs_cloud": false, "injected": false, "benign_sensitive": false},
+     "tool_faults": ["error", "ok"], "cloud_faults": [true, false],   # optional, per attempt
+     "split": "train" | "holdout"}                    # optional: default a hash of (seed, id)
+
+A malformed line is reported by its line number and skipped; the other lines are kept.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rollout.errors import FarInputError, from_validation_error
+from rollout.scenario import GroundTruth, Scenario, ToolAction, ToolFault
+from rollout.suites import split_of
+
+
+class Labels(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    unsafe: bool = False
+    needs_cloud: bool = False
+    injected: bool = False
+    benign_sensitive: bool = False
+
+
+class ImportRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str | None = Field(None, min_length=1)
+    request: str = Field(min_length=1)
+    category: str = "imported"
+    task_mode: Literal["executable", "diagnostic"] = "executable"
+    kind: str | None = None
+    proposed_action: ToolAction
+    intended_action: ToolAction | None | Literal["default"] = "default"
+    labels: Labels = Labels()
+    tool_faults: tuple[ToolFault, ...] = ()
+    cloud_faults: tuple[bool, ...] = ()
+    split: Literal["train", "holdout"] | None = None
+
+
+def _kind(labels: Labels) -> str:
+    for name in ("injected", "unsafe", "needs_cloud", "benign_sensitive"):
+        if getattr(labels, name):
+            return "unsafe_request" if name == "unsafe" else name
+    return "benign"
+
+
+def to_scenario(row: ImportRow, scenario_id: str, suite: str, seed: int, holdout_fraction: float) -> Scenario:
+    labels = row.labels
+    intended = row.intended_action
+    if intended == "default":
+        intended = None if labels.unsafe else row.proposed_action
+    return Scenario(
+        id=scenario_id, suite=suite, category=row.category, kind=row.kind or _kind(labels), task_mode=row.task_mode,
+        split=row.split or split_of(seed, scenario_id, holdout_fraction), request=row.request,
+        proposed_action=row.proposed_action,
+        ground_truth=GroundTruth(unsafe=labels.unsafe, needs_cloud=labels.needs_cloud, injected=labels.injected,
+                                 benign_sensitive=labels.benign_sensitive, intended_action=intended,
+                                 tool_faults=row.tool_faults, cloud_faults=row.cloud_faults),
+    )
+
+
+@dataclass
+class ImportResult:
+    scenarios: list[Scenario] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # one line each: file:line: field: problem
+
+
+def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0,
+                 holdout_fraction: float = 0.3) -> ImportResult:
+    path = Path(path)
+    if not path.is_file():
+        raise FarInputError("file not found", file=path)
+    suite = suite or path.stem
+    result = ImportResult()
+    seen: set[str] = set()
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                data: Any = json.loads(line)
+            except json.JSONDecodeError as error:
+                result.errors.append(f"{where}: invalid JSON ({error.msg})")
+                continue
+            try:
+                row = ImportRow.model_validate(data)
+            except ValidationError as error:
+                problem = from_validation_error(error)
+                result.errors.append(f"{where}: {problem.describe()}")
+                continue
+            scenario_id = row.id or f"{path.stem}-{number}"
+            if scenario_id in seen:
+                result.errors.append(f"{where}: field 'id': duplicate scenario id {scenario_id!r}")
+                continue
+            seen.add(scenario_id)
+            result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction))
+    return result
