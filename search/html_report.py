@@ -105,14 +105,17 @@ def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboa
         for parameter, lost in by_param.items():
             by_parameter[parameter] = by_parameter.get(parameter, 0.0) + lost
     gate = summary["gate"]
+    models = summary["models"]
+    winner = ", ".join(f"{k}={v}" for k, v in summary["winner"]["policy"].items())
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#eee}}</style></head><body>
 <h1>{html.escape(title)}</h1>
-<p>Method <b>{html.escape(summary['search']['method'])}</b>, {len(trials)} trials, models:
-{html.escape(str(summary['models']))}.</p>
+<p>Method <b>{html.escape(summary['search']['method'])}</b>, {len(trials)} trials. Models: edge
+{html.escape(models['edge'])}, cloud {html.escape(models['cloud'])}, user {html.escape(models['user'])}
+{'(simulation involved)' if models.get('simulated') else ''}.</p>
 <h2>Winner and gate</h2>
-<p><b>{html.escape(str(summary['winner']['policy']))}</b> — gate on holdout:
+<p><b>{html.escape(winner)}</b> — gate on holdout:
 <b>{'DEPLOY' if gate['deploy'] else 'NO-DEPLOY'}</b> ({html.escape(gate['reason'])}).</p>
 <h2>Leaderboard: train vs holdout</h2>
 {table(list(leaderboard[0].keys()) if leaderboard else [], [list(r.values()) for r in leaderboard])}
