@@ -98,6 +98,17 @@ def nsga2(table, seed):
         yield config_key(config)  # repeats count: NSGA-II may propose a point again, and pays for it
 
 
+def best_position_within(proposals, table, positions, budget: int) -> int:
+    """The grid position (1 = the optimum) of the best policy found within ``budget`` evaluations."""
+    best = None
+    for step, key in enumerate(proposals, start=1):
+        if step > budget:
+            break
+        if best is None or positions[key] < positions[best]:
+            best = key
+    return positions[best]
+
+
 def sample_efficiency(size: int, seeds: int) -> dict:
     started = time.perf_counter()
     table = brute_force(size)
@@ -107,10 +118,18 @@ def sample_efficiency(size: int, seeds: int) -> dict:
     out: dict = {"grid": len(table), "brute_force_s": brute_s,
                  "optimum": optimum.policy.model_dump(mode="json"),
                  "optimum_key": [optimum.critical_failures, optimum.reward, optimum.cost]}
+    ordered = sorted(table, key=lambda k: rank_key(table[k]))
+    positions = {key: 1 + next(i for i, other in enumerate(ordered) if rank_key(table[other]) == rank_key(table[key]))
+                 for key in table}  # ties share the better position
+    budget = len(table) // 10
+    out["equal_budget"] = budget
     for name, method in methods.items():
         steps = [steps_to_optimum(method(table, seed), table, rank_key(optimum)) for seed in range(seeds)]
+        at_budget = [best_position_within(method(table, seed), table, positions, budget) for seed in range(seeds)]
         reached = [s for s in steps if s is not None]
         out[name] = {"evaluations": steps,
+                     "best_grid_position_at_equal_budget": at_budget,
+                     "optimum_reached_within_budget": sum(p == 1 for p in at_budget),
                      "median": statistics.median(reached) if len(reached) == len(steps) else None,
                      "median_fraction_of_grid": (statistics.median(reached) / len(table)
                                                  if len(reached) == len(steps) else None)}
