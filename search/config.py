@@ -78,18 +78,21 @@ class SearchConfig(RunConfig):
     output: str = "results/search"
 
 
-class LoadedEvaluateConfig(BaseModel):
-    """The config with file references resolved (paths relative to the config file)."""
+class Loaded(BaseModel):
+    """A config with its file references resolved (paths relative to the config file)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     source: str
     base_dir: Path
     raw: dict[str, Any]
-    config: EvaluateConfig
-    policies: dict[str, Policy]
     rewards: RewardTable
     output: Path
+
+
+class LoadedEvaluateConfig(Loaded):
+    config: EvaluateConfig
+    policies: dict[str, Policy]
 
 
 def _resolve(base: Path, value: str) -> Path:
@@ -130,16 +133,9 @@ def load_evaluate_config(path: str | Path, output: str | None = None) -> LoadedE
                                 rewards=_rewards(config, base, path), output=_output(config.output, output))
 
 
-class LoadedSearchConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
-    source: str
-    base_dir: Path
-    raw: dict[str, Any]
+class LoadedSearchConfig(Loaded):
     config: SearchConfig
     space: PolicySpace
-    rewards: RewardTable
-    output: Path
 
 
 def load_search_config(path: str | Path, output: str | None = None) -> LoadedSearchConfig:

@@ -110,12 +110,16 @@ class EvolutionarySearcher(Searcher):
     def suggest(self, trial_id: str) -> Config | None:
         if self.grid_size is not None and len(self.seen) >= self.grid_size:
             return Searcher.FINISHED
-        candidate = self._novel(self._breed)
+        candidate = self._candidate()
         if candidate is None:
             return Searcher.FINISHED
         self.pending[trial_id] = candidate
         self.seen.add(config_key(candidate))
         return dict(candidate)
+
+    def _candidate(self) -> Config | None:
+        """A policy not suggested before (subclasses change where candidates come from)."""
+        return self._novel(self._breed)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         config = self.pending.pop(trial_id, None)

@@ -115,17 +115,8 @@ class LLMProposalSearcher(EvolutionarySearcher):
             return proposal
         return self._breed()  # replaced by a mutation of the best so far
 
-    def suggest(self, trial_id: str) -> Config | None:
-        if self.grid_size is not None and len(self.seen) >= self.grid_size:
-            return self.FINISHED
-        candidate = self._novel(self._propose, attempts=3)
-        if candidate is None:
-            candidate = self._novel(self._breed)
-        if candidate is None:
-            return self.FINISHED
-        self.pending[trial_id] = candidate
-        self.seen.add(config_key(candidate))
-        return dict(candidate)
+    def _candidate(self) -> Config | None:
+        return self._novel(self._propose, attempts=3) or self._novel(self._breed)
 
     def get_state(self) -> dict:
         return {**super().get_state(), "counts": self.counts,
