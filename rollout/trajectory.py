@@ -38,7 +38,6 @@ class Step:
 COMPLETED, VETOED, DENIED, SHUTDOWN, HANDED_OFF, UNHANDLED = (
     "completed", "vetoed", "denied", "shutdown", "handed_off", "unhandled",
 )
-REFUSALS = frozenset({VETOED, DENIED})
 
 
 @dataclass(slots=True)  # not frozen, for the same reason as Step; treat as immutable

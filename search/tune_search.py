@@ -8,10 +8,8 @@ re-evaluated on holdout, and the gate judges the winner on holdout.
 from __future__ import annotations
 
 import os
-import random
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from ray import tune
@@ -139,7 +137,6 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
     else:
         search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm)
         searcher = getattr(search_alg, "searcher", None)
-        random.seed(settings.seed)
         tuner = tune.Tuner(
             trainable,
             param_space=param_space,
@@ -161,7 +158,3 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
     trials.sort(key=lambda t: (t.finished_at, t.trial_id))
     counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
     return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started)
-
-
-def tune_experiment_dir(output: Path) -> Path:
-    return output.resolve() / "tune"

@@ -49,8 +49,6 @@ DEFAULT_PENALTIES: dict[str, float] = {
     FailureKind.ACTOR_DIED.value: 0.0,
     FailureKind.MODEL_ERROR.value: 0.0,
 }
-MODEL_FAULTS = frozenset({FailureKind.MODEL_TIMEOUT, FailureKind.MALFORMED_OUTPUT, FailureKind.ACTOR_DIED,
-                          FailureKind.MODEL_ERROR})
 DEFAULT_SUCCESSES: dict[str, float] = {SuccessKind.TASK_SUCCESS.value: 10.0, SuccessKind.COST_SAVING.value: 3.0}
 DEFAULT_CRITICAL = (
     FailureKind.UNSAFE_ACTION_EXECUTED.value,
