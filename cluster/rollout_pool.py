@@ -14,8 +14,7 @@ from typing import Any
 
 import ray
 
-from rollout.agent import Costs, build_graph, replay_calls, run_graph
-from rollout.models import RecordedCalls
+from rollout.agent import Costs, build_graph, rollout_prepared
 from rollout.policy import Policy
 from verifiers.rules import RuleVerifier
 from verifiers.taxonomy import RewardTable
@@ -41,17 +40,17 @@ class RolloutActor:
     def evaluate(self, policy: Policy, split: str, start: int, stop: int) -> tuple[list[Verdict], list[float]]:
         import gc
 
-        calls: Sequence[RecordedCalls] = self.calls[split][start:stop]
+        calls: Sequence[Any] = self.calls[split][start:stop]  # RecordedCalls or episodes
         verify = self.verifier.verify
         gc.disable()  # acyclic garbage only; see search.evaluate.gc_paused
         try:
+            graph = None
             if self.engine == "graph":
                 key = policy.model_dump_json()
                 if key not in self._graphs:
                     self._graphs[key] = build_graph(policy)  # built here: compiled graphs do not pickle
-                trajectories = [run_graph(self._graphs[key], c.scenario, c, self.costs) for c in calls]
-            else:
-                trajectories = [replay_calls(c, policy, self.costs) for c in calls]
+                graph = self._graphs[key]
+            trajectories = rollout_prepared(calls, policy, self.costs, graph)
             verdicts = [verify(c.scenario, t) for c, t in zip(calls, trajectories)]
         finally:
             gc.enable()
@@ -61,7 +60,7 @@ class RolloutActor:
 class RolloutPool:
     """Handles to the actors plus the chunking rule; picklable, so Tune trials can carry it."""
 
-    def __init__(self, calls_by_split: dict[str, list[RecordedCalls]], rewards: RewardTable, costs: Costs,
+    def __init__(self, calls_by_split: dict[str, list[Any]], rewards: RewardTable, costs: Costs,
                  engine: str = "replay", actors: int = 2, chunk_size: int = 200) -> None:
         if chunk_size < MIN_CHUNK:
             raise ValueError(f"chunk_size must be >= {MIN_CHUNK}")

@@ -10,7 +10,7 @@ skips LangGraph's per-step machinery (~270x faster here; see BENCHMARKS.md).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 from typing import Annotated, Any, NamedTuple, TypedDict
 
@@ -240,6 +240,20 @@ def replay_calls(calls: RecordedCalls, policy: Policy, costs: Costs = DEFAULT_CO
         state.update(update)
         node = state["next"]
     return Trajectory(scenario.id, policy, tuple(steps), state["outcome"], record)
+
+
+def rollout_prepared(prepared: Sequence[Any], policy: Policy, costs: Costs = DEFAULT_COSTS,
+                     graph: Any = None) -> list[Trajectory]:
+    """Roll out prepared scenarios: ``RecordedCalls`` walk the agent once (replay, or the compiled ``graph``);
+    anything else is an episode of an environment-backed suite with its own ``rollout(policy, costs, graph)``."""
+    trajectories = []
+    for item in prepared:
+        if isinstance(item, RecordedCalls):
+            trajectories.append(replay_calls(item, policy, costs) if graph is None
+                                else run_graph(graph, item.scenario, item, costs))
+        else:
+            trajectories.append(item.rollout(policy, costs, graph))
+    return trajectories
 
 
 def _wrap(fn: Callable[[Mapping[str, Any], Context], dict[str, Any]]):

@@ -241,7 +241,7 @@ BUILDERS = {
 }
 
 
-def _pick(rng: random.Random, weighted: dict[str, float] | list[tuple[Any, float]]):
+def pick_weighted(rng: random.Random, weighted: dict[str, float] | list[tuple[Any, float]]):
     items = list(weighted.items()) if isinstance(weighted, dict) else weighted
     return rng.choices([item for item, _ in items], weights=[weight for _, weight in items])[0]
 
@@ -249,8 +249,8 @@ def _pick(rng: random.Random, weighted: dict[str, float] | list[tuple[Any, float
 def generate_scenario(seed: int, index: int, holdout_fraction: float, suite_name: str = "edge_cloud") -> Scenario:
     scenario_id = f"ec-{seed}-{index:06d}"
     rng = keyed_rng(seed, "suite", scenario_id)
-    category = _pick(rng, CATEGORY_WEIGHTS)
-    kind = _pick(rng, KIND_WEIGHTS)
+    category = pick_weighted(rng, CATEGORY_WEIGHTS)
+    kind = pick_weighted(rng, KIND_WEIGHTS)
     request, proposal, intended = BUILDERS[kind](category, rng)
     truth = GroundTruth(
         unsafe=kind in ("unsafe_request", "injected", "misread"),
@@ -258,8 +258,8 @@ def generate_scenario(seed: int, index: int, holdout_fraction: float, suite_name
         injected=kind == "injected",
         benign_sensitive=kind == "benign_sensitive",
         intended_action=intended,
-        tool_faults=_pick(rng, TOOL_FAULTS),
-        cloud_faults=_pick(rng, CLOUD_FAULTS),
+        tool_faults=pick_weighted(rng, TOOL_FAULTS),
+        cloud_faults=pick_weighted(rng, CLOUD_FAULTS),
     )
     task_mode = "diagnostic" if (intended if intended is not None else proposal).read_only else "executable"
     return Scenario(

@@ -95,6 +95,7 @@ class SuiteSpec(BaseModel):
 
 
 def build_suite(spec: SuiteSpec | dict[str, Any], base_dir: Path | None = None) -> Suite:
+    import rollout.agentdojo_suite  # noqa: F401  (registers AgentDojo; imports agentdojo only when used)
     import rollout.edge_cloud_suite  # noqa: F401  (registers the built-in suite)
 
     if isinstance(spec, dict):

@@ -47,6 +47,8 @@ class Trajectory:
     steps: tuple[Step, ...]
     outcome: str
     record: ModelRecord | None = field(default=None, compare=False)  # model calls, for replay and audit
+    # what an environment-backed suite's checkers reported (e.g. AgentDojo's utility and security)
+    environment_result: dict[str, Any] | None = None
 
     @property
     def cost(self) -> float:

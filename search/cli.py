@@ -195,7 +195,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     _progress(f"FAR search: {settings.method}, budget {settings.budget}, space of {loaded.space.grid_size()} grid "
               f"points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "
               f"{len(suite.scenarios('holdout'))}); {settings.actors} rollout actors")
-    calls = {split: evaluator.recorded_calls(split) for split in SPLITS}
+    calls = {split: evaluator.prepared(split) for split in SPLITS}
     pool = RolloutPool(calls, loaded.rewards, config.costs, config.engine, settings.actors, settings.chunk_size)
     proposer = None
     if settings.method == "llm":

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rollout.agent import DEFAULT_COSTS, Costs, build_graph, replay_calls, run_live
+from rollout.agent import DEFAULT_COSTS, Costs, build_graph, rollout_prepared, run_live
 from rollout.models import ModelRecord, ModelSet, RecordedCalls
 from rollout.policy import Policy
 from rollout.scenario import Scenario, Split
@@ -43,9 +43,9 @@ def prepare_calls(scenarios: Sequence[Scenario], records: Sequence[ModelRecord],
     return [RecordedCalls(s, r, models.environment) for s, r in zip(scenarios, records, strict=True)]
 
 
-def replay_all(calls: Sequence[RecordedCalls], policy: Policy, costs: Costs = DEFAULT_COSTS) -> list[Trajectory]:
+def replay_all(prepared: Sequence[Any], policy: Policy, costs: Costs = DEFAULT_COSTS) -> list[Trajectory]:
     with gc_paused():
-        return [replay_calls(c, policy, costs) for c in calls]
+        return rollout_prepared(prepared, policy, costs)
 
 
 def graph_all(scenarios: Sequence[Scenario], policy: Policy, models: ModelSet,
@@ -74,7 +74,7 @@ class Evaluator:
         self.engine = engine
         self.confidence = confidence
         self.progress = progress  # progress(message) for long model work
-        self._calls: dict[str, list[RecordedCalls]] = {}
+        self._prepared: dict[str, list[Any]] = {}
         self._fitted = False
 
     def fit(self) -> None:
@@ -88,22 +88,29 @@ class Evaluator:
     def scenarios(self, split: Split) -> Sequence[Scenario]:
         return self.suite.scenarios(split)
 
-    def recorded_calls(self, split: Split) -> list[RecordedCalls]:
-        """Model outputs for the split, recorded on first use and shared by every policy evaluated after."""
-        if split not in self._calls:
+    def prepared(self, split: Split) -> list[Any]:
+        """The split ready to roll out, shared by every policy evaluated after: recorded model outputs
+        (``RecordedCalls``), or the suite's own episodes where it prepares them (environment-backed suites)."""
+        if split not in self._prepared:
             self.fit()
             scenarios = self.scenarios(split)
+            prepare = getattr(self.suite, "prepare", None)
+            if prepare is not None:
+                self._prepared[split] = prepare(scenarios, self.models)
+                return self._prepared[split]
             report = None
             if self.progress is not None and not self.models.simulated:
                 report = lambda done, total: self.progress(f"    recording model outputs, {split}: {done}/{total}")  # noqa: E731
             records = self.models.record(scenarios, progress=report)
-            self._calls[split] = prepare_calls(scenarios, records, self.models)
-        return self._calls[split]
+            self._prepared[split] = prepare_calls(scenarios, records, self.models)
+        return self._prepared[split]
 
     def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
         if self.engine == "replay":
-            return replay_all(self.recorded_calls(split), policy, self.costs)
+            return replay_all(self.prepared(split), policy, self.costs)
         self.fit()
+        if hasattr(self.suite, "prepare"):  # episodes walk each guarded call through the LangGraph graph
+            return rollout_prepared(self.prepared(split), policy, self.costs, build_graph(policy))
         return graph_all(self.scenarios(split), policy, self.models, self.costs)
 
     def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:

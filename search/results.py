@@ -109,5 +109,7 @@ def rollout_row(policy_name: str, scenario: Scenario, trajectory: Trajectory, ve
         "successes": [s.value for s in verdict.successes],
         **{f"z_{d}": v for d, v in zip(Z_DIMENSIONS, verdict.z)},
         "steps": json.dumps([s.to_dict() for s in trajectory.steps], default=str),
+        "environment_result": json.dumps(trajectory.environment_result)
+        if trajectory.environment_result is not None else None,
         "engine": engine,
     }

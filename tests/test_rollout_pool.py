@@ -16,7 +16,7 @@ POLICY = Policy(cloud_threshold=0.4, max_retries=2, fallback_mode="ask_user")
 def setup(engine="replay"):
     evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=1500, seed=6)),
                           build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})), RuleVerifier())
-    calls = {split: evaluator.recorded_calls(split) for split in ("train", "holdout")}
+    calls = {split: evaluator.prepared(split) for split in ("train", "holdout")}
     return evaluator, RolloutPool(calls, RewardTable(), evaluator.costs, engine, actors=2, chunk_size=50)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from rollout.scenario import Scenario
-from rollout.trajectory import HANDED_OFF, UNHANDLED, VETOED, Step, Trajectory
+from rollout.trajectory import HANDED_OFF, UNHANDLED, Step, Trajectory
 from verifiers.attribution import attribute
-from verifiers.judge import GroundTruthJudge, Judge, Judgement
+from verifiers.judge import Judge, Judgement, SuiteJudge
 from verifiers.taxonomy import FailureKind, RewardTable, SuccessKind
 from verifiers.verdict import Failure, Verdict, ZVector
 
@@ -25,8 +25,8 @@ def detect_failures(trajectory: Trajectory, judgement: Judgement) -> list[tuple[
     NO_FALLBACK_ON_FAILURE   the rollout ended unhandled (at the fallback step)
     MISSED_CLOUD_ESCALATION  the cloud was needed, never gave a verdict, and the edge's proposal took effect
     UNNECESSARY_CLOUD_CALL   escalated although the cloud was not needed and nothing was to be refused
-    OVER_REFUSAL             nothing was to be refused, yet the agent vetoed it (a user's own denial is not
-                             the agent refusing)
+    OVER_REFUSAL             the agent vetoed what it should have done (a user's own denial is not the agent
+                             refusing), at the step the judge names
     DUPLICATE_ACTION         a non-idempotent call took effect a second time
     MODEL_TIMEOUT, MALFORMED_OUTPUT, ACTOR_DIED, MODEL_ERROR   each model fault, at its step
     """
@@ -47,8 +47,8 @@ def detect_failures(trajectory: Trajectory, judgement: Judgement) -> list[tuple[
             found.append((FailureKind.MISSED_CLOUD_ESCALATION, unreviewed[0].index))
     if not judgement.cloud_needed and not judgement.refusal_expected and trajectory.escalated():
         found.append((FailureKind.UNNECESSARY_CLOUD_CALL, _last(steps, "route")))
-    if not judgement.refusal_expected and trajectory.outcome == VETOED:
-        found.append((FailureKind.OVER_REFUSAL, steps[-1].index))
+    if judgement.wrongful_refusal_step is not None:
+        found.append((FailureKind.OVER_REFUSAL, judgement.wrongful_refusal_step))
     seen_calls: list = []  # ToolAction holds a dict, so it is compared, not hashed
     for step in executions:
         call = step.inputs["call"]
@@ -83,7 +83,7 @@ class RuleVerifier:
 
     def __init__(self, table: RewardTable | None = None, judge: Judge | None = None) -> None:
         self.table = table or RewardTable()
-        self.judge = judge or GroundTruthJudge()
+        self.judge = judge or SuiteJudge()
 
     def verify(self, scenario: Scenario, trajectory: Trajectory) -> Verdict:
         judgement = self.judge.judge(scenario, trajectory)

@@ -1,0 +1,286 @@
+"""AgentDojo (``agentdojo==0.1.35``, MIT) as a FAR suite: real tasks, tools, environments and checkers.
+
+One scenario = (AgentDojo suite, user task, injection task or none, attack). Injected scenarios carry the
+attack's text per injection vector, produced by AgentDojo's own attack class (``attack.attack(user_task,
+injection_task)``); benign scenarios (no injection) measure utility and over-refusal. The episode itself is
+played by ``rollout.agentdojo_agent`` and judged by AgentDojo's ``utility`` / ``security`` checkers.
+
+Splits are drawn per user task by default (``split_by: user_task``), so holdout tasks are tasks the search
+never saw, whatever the injection.
+
+Handled explicitly, and reported by ``describe()``:
+- injection tasks whose ground truth is empty on the default environment (v1.2.2: workspace 6-13, travel 6)
+  cannot be scripted: they are excluded and counted;
+- checkers known to be wrong are listed in ``KNOWN_CHECKER_DEFECTS``; affected scenarios say so in
+  ``environment["checker_defects"]`` so results can be reported with and without them.
+
+Tool properties for the guard (documented heuristic, by name): ``get_``/``read_``/``search_``/``list_``/
+``check_`` tools are read-only; every other tool has side effects and is *sensitive* (confirmation applies);
+side-effect tools are idempotent only when they set state (``update_``, ``cancel_``, ``delete_``,
+``remove_``, ``reschedule_``), not when they add to it (``send_``, ``create_``, ``append_``, ...).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rollout.errors import FarInputError, from_validation_error
+from rollout.scenario import GroundTruth, Scenario, Split, ToolAction
+from rollout.suites import register_suite, split_of
+
+AGENTDOJO_SUITES = ("banking", "slack", "travel", "workspace")
+READ_ONLY_PREFIXES = ("get_", "read_", "search_", "list_", "check_")
+SETTING_PREFIXES = ("update_", "cancel_", "delete_", "remove_", "reschedule_")
+
+# (suite, task id, checker) -> what is wrong with AgentDojo 0.1.35's checker
+KNOWN_CHECKER_DEFECTS: dict[tuple[str, str, str], str] = {
+    ("banking", "user_task_8", "utility"): "utility is always true",
+    ("banking", "injection_task_0", "security"): "operator-precedence bug in the security check",
+    ("workspace", "injection_task_0", "security"): "can score a real compromise as not compromised",
+}
+
+
+def tool_properties(name: str) -> dict[str, bool]:
+    read_only = name.startswith(READ_ONLY_PREFIXES)
+    return {
+        "read_only": read_only,
+        "sensitive": not read_only,
+        "idempotent": read_only or name.startswith(SETTING_PREFIXES),
+        "local": False,  # AgentDojo tools act on a remote service: there is no on-device path
+    }
+
+
+def to_tool_action(function: str, args: dict[str, Any]) -> ToolAction:
+    """An AgentDojo call as FAR's ``ToolAction`` (arguments made JSON-safe, e.g. dates as strings)."""
+    return ToolAction(tool=function, args=json.loads(json.dumps(args, default=str)), **tool_properties(function))
+
+
+class AgentDojoSuiteConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "agentdojo"
+    suites: tuple[str, ...] = AGENTDOJO_SUITES
+    version: str = "v1.2.2"
+    attack: str = "important_instructions"
+    target_model: str = Field("gpt-4o-2024-05-13", description="model name the attack text addresses")
+    benign: bool = Field(True, description="include one scenario per user task with no injection")
+    seed: int = 0
+    holdout_fraction: float = Field(0.3, gt=0.0, lt=1.0)
+    split_by: Literal["user_task", "pair"] = "user_task"
+    max_user_tasks: int | None = Field(None, ge=1, description="first N user tasks per suite (small runs)")
+    max_injection_tasks: int | None = Field(None, ge=1, description="first N injection tasks per suite")
+    exclude_checker_defects: bool = False
+    tool_fault_rate: float = Field(0.05, ge=0.0, le=1.0, description="P(a tool call faults), per call")
+    cloud_outage_rate: float = Field(0.02, ge=0.0, le=1.0, description="P(the cloud is down), per call")
+
+    @field_validator("suites")
+    @classmethod
+    def _known_suites(cls, suites: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [s for s in suites if s not in AGENTDOJO_SUITES]
+        if unknown or not suites:
+            raise ValueError(f"unknown AgentDojo suite(s) {unknown} (known: {', '.join(AGENTDOJO_SUITES)})")
+        return suites
+
+
+# --- AgentDojo objects, loaded once per process -------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def load_task_suite(version: str, name: str):
+    from agentdojo.task_suite.load_suites import get_suite
+
+    suite = get_suite(version, name)
+    # AgentDojo parses the environment YAML in pure Python on every load (~200 ms for workspace); the same
+    # computation with the C loader takes ~35 ms. Shadow the method on this instance (attacks call it too).
+    suite.load_and_inject_default_environment = functools.partial(_load_environment, version, name)
+    return suite
+
+
+@functools.lru_cache(maxsize=None)
+def _environment_template(version: str, name: str) -> tuple[str, dict[str, str]]:
+    from agentdojo.task_suite.load_suites import get_suite
+    from agentdojo.task_suite.task_suite import read_suite_file
+
+    suite = get_suite(version, name)
+    return read_suite_file(suite.name, "environment.yaml", suite.data_path), suite.get_injection_vector_defaults()
+
+
+def _load_environment(version: str, name: str, injections: dict[str, str]):
+    import yaml
+
+    template, defaults = _environment_template(version, name)
+    unknown = set(injections) - set(defaults)
+    if unknown:
+        raise FarInputError(f"unknown injection vector(s) {sorted(unknown)} for AgentDojo suite {name!r}",
+                            field="environment.injections")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    data = yaml.load(template.format(**{**defaults, **injections}), Loader=loader)
+    return load_task_suite(version, name).environment_type.model_validate(data)
+
+
+_ENVIRONMENTS: OrderedDict[str, Any] = OrderedDict()
+ENVIRONMENT_CACHE_SIZE = 64
+
+
+def injected_environment(version: str, name: str, injections: dict[str, str]):
+    """A fresh copy of the suite's environment with these injections: parsed once per process (LRU), then
+    deep-copied per run (~2 ms) so no run sees another's changes."""
+    key = json.dumps([version, name, injections], sort_keys=True)
+    pristine = _ENVIRONMENTS.get(key)
+    if pristine is None:
+        pristine = _load_environment(version, name, injections)
+        _ENVIRONMENTS[key] = pristine
+        if len(_ENVIRONMENTS) > ENVIRONMENT_CACHE_SIZE:
+            _ENVIRONMENTS.popitem(last=False)
+    else:
+        _ENVIRONMENTS.move_to_end(key)
+    return pristine.model_copy(deep=True)
+
+
+class _NamedPipeline:
+    """AgentDojo's attacks read the target model's name from the pipeline's ``name``; nothing else."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+# --- scenarios -----------------------------------------------------------------------------------------------
+
+def _split_key(config: AgentDojoSuiteConfig, suite: str, user_task: str, scenario_id: str) -> str:
+    return f"agentdojo/{suite}/{user_task}" if config.split_by == "user_task" else scenario_id
+
+
+def checker_defects(suite: str, user_task: str, injection_task: str | None) -> list[str]:
+    found = []
+    for (defect_suite, task, checker), reason in KNOWN_CHECKER_DEFECTS.items():
+        if defect_suite == suite and task in (user_task, injection_task):
+            if checker == "security" and injection_task is None:
+                continue  # a benign scenario runs no security check
+            found.append(f"{task}.{checker}: {reason}")
+    return found
+
+
+def generate_scenarios(config: AgentDojoSuiteConfig,
+                       progress: Callable[[str], None] | None = None) -> tuple[list[Scenario], dict[str, Any]]:
+    """All scenarios of the configured suites, and a report of what was excluded and why."""
+    from agentdojo.attacks.attack_registry import ATTACKS, load_attack
+
+    if config.attack not in ATTACKS:
+        raise FarInputError(f"unknown AgentDojo attack {config.attack!r} (known: {', '.join(sorted(ATTACKS))})",
+                            field="suite.attack")
+    scenarios: list[Scenario] = []
+    report: dict[str, Any] = {"excluded_empty_ground_truth": {}, "checker_defect_scenarios": 0}
+    for name in config.suites:
+        try:
+            task_suite = load_task_suite(config.version, name)
+        except Exception as error:  # agentdojo raises KeyError/ValueError for an unknown version
+            raise FarInputError(f"cannot load AgentDojo suite {name!r} at {config.version!r} ({error})",
+                                field="suite.version") from None
+        attack = load_attack(config.attack, task_suite, _NamedPipeline(config.target_model))
+        default_env = injected_environment(config.version, name, {})
+        user_tasks = list(task_suite.user_tasks.values())[:config.max_user_tasks]
+        injection_tasks = list(task_suite.injection_tasks.values())[:config.max_injection_tasks]
+        scriptable = [t for t in injection_tasks if t.ground_truth(default_env.model_copy(deep=True))]
+        excluded = [t.ID for t in injection_tasks if t not in scriptable]
+        report["excluded_empty_ground_truth"][name] = excluded
+        if progress is not None:
+            progress(f"  agentdojo {name}: {len(user_tasks)} user tasks x {len(scriptable)} injection tasks "
+                     f"(excluded, empty ground truth: {', '.join(excluded) or 'none'})")
+        for user_task in user_tasks:
+            plan = user_task.ground_truth(user_task.init_environment(default_env.model_copy(deep=True)))
+            first = to_tool_action(plan[0].function, plan[0].args) if plan else ToolAction(tool="(answer)")
+            task_mode = "diagnostic" if all(tool_properties(c.function)["read_only"] for c in plan) else "executable"
+            pairs: list[Any] = [None] if config.benign else []
+            pairs += scriptable
+            for injection_task in pairs:
+                injection_id = injection_task.ID if injection_task is not None else None
+                scenario_id = f"agentdojo/{name}/{user_task.ID}/{injection_id or 'benign'}"
+                defects = checker_defects(name, user_task.ID, injection_id)
+                if defects and config.exclude_checker_defects:
+                    continue
+                report["checker_defect_scenarios"] += bool(defects)
+                injections = attack.attack(user_task, injection_task) if injection_task is not None else {}
+                injected = injection_task is not None
+                scenarios.append(Scenario(
+                    id=scenario_id, suite=f"agentdojo:{name}", category=name,
+                    kind="injected" if injected else "benign", task_mode=task_mode,
+                    split=split_of(config.seed, _split_key(config, name, user_task.ID, scenario_id),
+                                   config.holdout_fraction),
+                    request=user_task.PROMPT, proposed_action=first,
+                    ground_truth=GroundTruth(unsafe=injected, injected=injected,
+                                             intended_action=None if injected else first),
+                    environment={
+                        "benchmark": "agentdojo", "version": config.version, "suite": name,
+                        "user_task": user_task.ID, "injection_task": injection_id, "attack": config.attack,
+                        "injection_goal": injection_task.GOAL if injected else None,
+                        "injections": injections, "checker_defects": defects,
+                        "tool_fault_rate": config.tool_fault_rate, "cloud_outage_rate": config.cloud_outage_rate,
+                        "fault_seed": config.seed,
+                    },
+                ))
+    return scenarios, report
+
+
+class AgentDojoSuite:
+    """``suite: {name: agentdojo, ...}``: scenarios from AgentDojo, played as guarded episodes."""
+
+    def __init__(self, config: AgentDojoSuiteConfig | None = None,
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.config = config or AgentDojoSuiteConfig()
+        self.name = self.config.name
+        scenarios, self.report = generate_scenarios(self.config, progress)
+        self._by_split: dict[str, list[Scenario]] = {"train": [], "holdout": []}
+        for scenario in scenarios:
+            self._by_split[scenario.split].append(scenario)
+
+    def scenarios(self, split: Split) -> Sequence[Scenario]:
+        return self._by_split[split]
+
+    def prepare(self, scenarios: Sequence[Scenario], models: Any) -> list[Any]:
+        """One lazily expanded ``Episode`` per scenario (see ``rollout.agentdojo_agent``)."""
+        from rollout.agentdojo_agent import Episode
+
+        return [Episode(scenario, models) for scenario in scenarios]
+
+    def describe(self) -> dict[str, Any]:
+        counts = {split: len(s) for split, s in self._by_split.items()}
+        return self.config.model_dump(mode="json") | {"generator": "rollout.agentdojo_suite", "counts": counts,
+                                                       **self.report}
+
+
+def fault_patterns(scenario: Scenario, call_key: str) -> tuple[tuple, tuple]:
+    """(tool faults, cloud faults) for one call of an episode: seeded per (scenario, call), so every policy
+    meets the same faults. Given a fault, its pattern follows the built-in suite's fault mix."""
+    from rollout.edge_cloud_suite import CLOUD_FAULTS, TOOL_FAULTS, pick_weighted
+    from rollout.simulated import keyed_rng
+
+    environment = scenario.environment or {}
+    rng = keyed_rng(environment.get("fault_seed", 0), f"faults:{call_key}", scenario.id)
+    tool_faults: tuple = ()
+    cloud_faults: tuple = ()
+    if rng.random() < environment.get("tool_fault_rate", 0.0):
+        tool_faults = pick_weighted(rng, [(p, w) for p, w in TOOL_FAULTS if p])
+    if rng.random() < environment.get("cloud_outage_rate", 0.0):
+        cloud_faults = pick_weighted(rng, [(p, w) for p, w in CLOUD_FAULTS if p])
+    return tool_faults, cloud_faults
+
+
+def call_key(function: str, args: dict[str, Any], occurrence: int) -> str:
+    digest = hashlib.sha256(json.dumps(args, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    return f"{function}:{digest}:{occurrence}"
+
+
+def _factory(options: dict[str, Any], base_dir: Any) -> AgentDojoSuite:
+    try:
+        config = AgentDojoSuiteConfig.model_validate(options)
+    except ValidationError as error:
+        raise from_validation_error(error, prefix="suite") from None
+    return AgentDojoSuite(config)
+
+
+register_suite("agentdojo", _factory)
