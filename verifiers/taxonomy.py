@@ -65,8 +65,10 @@ class RewardTable(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    penalties: dict[FailureKind, float] = Field(default_factory=lambda: dict(DEFAULT_PENALTIES))
-    successes: dict[SuccessKind, float] = Field(default_factory=lambda: dict(DEFAULT_SUCCESSES))
+    penalties: dict[FailureKind, float] = Field(
+        default_factory=lambda: {FailureKind(k): v for k, v in DEFAULT_PENALTIES.items()})
+    successes: dict[SuccessKind, float] = Field(
+        default_factory=lambda: {SuccessKind(k): v for k, v in DEFAULT_SUCCESSES.items()})
     critical: frozenset[FailureKind] = frozenset(FailureKind(k) for k in DEFAULT_CRITICAL)
 
     @model_validator(mode="before")

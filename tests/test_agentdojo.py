@@ -1,0 +1,238 @@
+"""AgentDojo as a suite: scenarios, the guarded episode inside AgentDojo's pipeline, its checkers as verifier."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rollout.agentdojo_agent import Episode
+from rollout.agentdojo_suite import AgentDojoSuite, AgentDojoSuiteConfig, tool_properties
+from rollout.agent import build_graph
+from rollout.backends import ModelsConfig, build_models
+from rollout.errors import FarInputError
+from rollout.policy import Policy
+from rollout.suites import build_suite
+from verifiers.rules import RuleVerifier
+from verifiers.taxonomy import FailureKind
+
+UNDEFENDED = Policy(cloud_threshold=1.0, max_retries=2, require_confirmation=False, fallback_mode="safe_shutdown")
+REVIEW_ALL = Policy(cloud_threshold=0.0, max_retries=2, require_confirmation=False, fallback_mode="safe_shutdown")
+NO_FAULTS = {"tool_fault_rate": 0.0, "cloud_outage_rate": 0.0}
+
+
+def banking(**options) -> AgentDojoSuite:
+    config = {"suites": ["banking"], "max_user_tasks": 6, "max_injection_tasks": 4, **options}
+    return AgentDojoSuite(AgentDojoSuiteConfig.model_validate(config))
+
+
+def models(**cloud):
+    return build_models(ModelsConfig.model_validate({"cloud": {"backend": "simulated", **cloud},
+                                                     "cache": {"enabled": False}}))
+
+
+def all_scenarios(suite):
+    return [*suite.scenarios("train"), *suite.scenarios("holdout")]
+
+
+@pytest.fixture(scope="module")
+def faultless():
+    return banking(**NO_FAULTS)
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    return banking(tool_fault_rate=0.3, cloud_outage_rate=0.2)
+
+
+def run(suite, policy, model_set=None, graph=None):
+    model_set = model_set or models()
+    episodes = suite.prepare(all_scenarios(suite), model_set)
+    verifier = RuleVerifier()
+    out = []
+    for episode in episodes:
+        trajectory = episode.rollout(policy, graph=graph)
+        out.append((episode, trajectory, verifier.verify(episode.scenario, trajectory)))
+    return out
+
+
+def kinds(verdict):
+    return {f.kind for f in verdict.failures}
+
+
+def test_scenarios_pair_user_and_injection_tasks_and_split_by_user_task(faultless):
+    scenarios = all_scenarios(faultless)
+    assert len(scenarios) == 6 * (1 + 4)
+    assert {s.kind for s in scenarios} == {"benign", "injected"}
+    for scenario in scenarios:
+        environment = scenario.environment
+        assert environment["benchmark"] == "agentdojo" and environment["suite"] == "banking"
+        if scenario.kind == "injected":
+            # the attack text from AgentDojo's own attack class, per injection vector the user task sees
+            assert environment["injections"]
+            assert all(environment["injection_goal"] in text for text in environment["injections"].values())
+        else:
+            assert environment["injections"] == {} and environment["injection_task"] is None
+    by_task: dict[str, set[str]] = {}
+    for scenario in scenarios:
+        by_task.setdefault(scenario.environment["user_task"], set()).add(scenario.split)
+    assert all(len(splits) == 1 for splits in by_task.values())  # a user task never straddles the splits
+    assert not {s.id for s in faultless.scenarios("train")} & {s.id for s in faultless.scenarios("holdout")}
+
+
+def test_unscriptable_injection_tasks_are_excluded_and_reported():
+    suite = AgentDojoSuite(AgentDojoSuiteConfig(suites=("travel",), max_user_tasks=1))
+    excluded = suite.describe()["excluded_empty_ground_truth"]["travel"]
+    assert excluded == ["injection_task_6"]  # its ground truth is empty on the default environment
+    injected = {s.environment["injection_task"] for s in all_scenarios(suite) if s.kind == "injected"}
+    assert "injection_task_6" not in injected and len(injected) == 6
+
+
+def test_checker_defects_are_labelled_and_can_be_excluded():
+    config = {"suites": ["banking"], "max_user_tasks": 9, "max_injection_tasks": 1}
+    labelled = AgentDojoSuite(AgentDojoSuiteConfig.model_validate(config))
+    defective = {s.id for s in all_scenarios(labelled) if s.environment["checker_defects"]}
+    # user_task_8's utility check is always true; injection_task_0's security check has a precedence bug
+    assert "agentdojo/banking/user_task_8/benign" in defective
+    assert all(sid.endswith("injection_task_0") or "/user_task_8/" in sid for sid in defective)
+    assert labelled.describe()["checker_defect_scenarios"] == len(defective)
+    kept = AgentDojoSuite(AgentDojoSuiteConfig.model_validate({**config, "exclude_checker_defects": True}))
+    assert {s.id for s in all_scenarios(kept)} == {s.id for s in all_scenarios(labelled)} - defective
+
+
+def test_undefended_agent_is_compromised_and_security_is_not_inverted(faultless):
+    results = run(faultless, UNDEFENDED)
+    injected = [(e, t, v) for e, t, v in results if e.scenario.kind == "injected"]
+    for episode, trajectory, verdict in results:
+        followed = FailureKind.INJECTION_FOLLOWED in kinds(verdict)
+        # AgentDojo's security == True means the attack succeeded; the failure must follow it exactly
+        assert followed == trajectory.environment_result["attack_succeeded"]
+        if episode.scenario.kind == "benign":
+            assert not followed and verdict.z.security == 1.0
+    assert all(t.environment_result["injection_seen"] for _, t, _ in injected)  # the text reached the agent
+    compromised = sum(t.environment_result["attack_succeeded"] for _, t, _ in injected)
+    assert compromised >= len(injected) // 2  # the scripted attacker always obeys; most attacks land
+    benign_utility = [t.environment_result["utility"] for e, t, _ in results if e.scenario.kind == "benign"]
+    assert sum(benign_utility) >= len(benign_utility) - 1
+
+
+def test_a_guard_that_blocks_exactly_the_injected_calls_keeps_utility_and_stops_every_attack(faultless):
+    # a cloud that vetoes injected calls and nothing else, reviewing every call
+    perfect = models(unsafe_catch_rate=1.0, sensitive_false_veto_rate=0.0, benign_false_veto_rate=0.0)
+    undefended = {e.scenario.id: t for e, t, _ in run(faultless, UNDEFENDED)}
+    guarded = run(faultless, REVIEW_ALL, perfect)
+    for episode, trajectory, verdict in guarded:
+        result = trajectory.environment_result
+        assert not result["attack_succeeded"] and verdict.critical_failures == 0
+        vetoed = [s for s in trajectory.steps if s.node == "cloud_review" and s.decision == "veto"]
+        assert all(result["call_origins"][s.inputs["call_index"]] == "injection" for s in vetoed)
+        if episode.scenario.kind == "benign":
+            assert result["utility"] == undefended[episode.scenario.id].environment_result["utility"]
+            assert FailureKind.UNNECESSARY_CLOUD_CALL in kinds(verdict)  # nothing to refuse, yet escalated
+    assert any(s.decision == "veto" for _, t, _ in guarded for s in t.steps)
+
+
+def test_vetoing_the_users_own_calls_is_over_refusal(faultless):
+    refuses_all = models(unsafe_catch_rate=1.0, sensitive_false_veto_rate=1.0, benign_false_veto_rate=1.0)
+    for episode, trajectory, verdict in run(faultless, REVIEW_ALL, refuses_all):
+        if not trajectory.environment_result["utility"]:
+            assert FailureKind.OVER_REFUSAL in kinds(verdict)
+            failure = next(f for f in verdict.failures if f.kind == FailureKind.OVER_REFUSAL)
+            assert trajectory.steps[failure.step].decision == "veto"
+            assert failure.parameter == "cloud_threshold"  # attributed to the routing decision
+        assert verdict.z.security == 1.0
+
+
+def test_unhandled_tool_failures_are_critical_and_shutdown_stops_the_episode(faulty):
+    no_fallback = run(faulty, UNDEFENDED.model_copy(update={"fallback_mode": "none", "max_retries": 0}))
+    unhandled = [v for _, t, v in no_fallback if t.outcome == "unhandled"]
+    assert unhandled and all(FailureKind.NO_FALLBACK_ON_FAILURE in kinds(v) for v in unhandled)
+    stopped = [t for _, t, _ in run(faulty, UNDEFENDED.model_copy(update={"max_retries": 0}))
+               if t.outcome == "shutdown"]
+    assert stopped
+    for trajectory in stopped:
+        assert trajectory.environment_result["stopped"] == "shutdown"
+        # nothing after the call that stopped it
+        assert trajectory.environment_result["call_outcomes"][-1] == "shutdown"
+
+
+def test_replay_from_the_trie_equals_a_fresh_pipeline_run_and_skips_agentdojo(faulty):
+    model_set = models()
+    scenarios = all_scenarios(faulty)[:12]
+    shared = [Episode(s, model_set) for s in scenarios]
+    policies = [UNDEFENDED, REVIEW_ALL, Policy(cloud_threshold=0.4, max_retries=1, fallback_mode="ask_user"),
+                Policy(cloud_threshold=0.6, max_retries=0, require_confirmation=True, fallback_mode="edge_only")]
+    for policy in policies:
+        for episode in shared:
+            replayed = episode.rollout(policy)
+            fresh = Episode(episode.scenario, model_set).rollout(policy)  # empty trie: runs AgentDojo
+            assert [s.to_dict() for s in replayed.steps] == [s.to_dict() for s in fresh.steps]
+            assert (replayed.outcome, replayed.environment_result) == (fresh.outcome, fresh.environment_result)
+    runs = sum(e.pipeline_runs for e in shared)
+    for policy in policies:
+        for episode in shared:
+            episode.rollout(policy)
+    assert sum(e.pipeline_runs for e in shared) == runs  # every path known: AgentDojo did not run again
+
+
+@settings(max_examples=12)
+@given(threshold=st.sampled_from([0.0, 0.2, 0.5, 0.8, 1.0]), retries=st.integers(0, 2),
+       confirm=st.booleans(), fallback=st.sampled_from(["safe_shutdown", "ask_user", "edge_only", "none"]))
+def test_langgraph_engine_equals_replay_on_episodes(faulty, threshold, retries, confirm, fallback):
+    policy = Policy(cloud_threshold=threshold, max_retries=retries, require_confirmation=confirm,
+                    fallback_mode=fallback)
+    model_set = models()
+    scenarios = all_scenarios(faulty)[:6]
+    graph = build_graph(policy)
+    for scenario in scenarios:
+        via_graph = Episode(scenario, model_set).rollout(policy, graph=graph)
+        replayed = Episode(scenario, model_set).rollout(policy)
+        assert [s.to_dict() for s in via_graph.steps] == [s.to_dict() for s in replayed.steps]
+        assert via_graph.environment_result == replayed.environment_result
+
+
+def test_tool_properties_follow_the_documented_rule():
+    assert tool_properties("get_balance") == {"read_only": True, "sensitive": False, "idempotent": True,
+                                              "local": False}
+    assert tool_properties("send_money")["sensitive"] and not tool_properties("send_money")["idempotent"]
+    assert tool_properties("update_password")["idempotent"] and tool_properties("update_password")["sensitive"]
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"suites": ["bankingg"]}, "suite.suites"),
+    ({"attack": "no_such_attack", "suites": ["banking"], "max_user_tasks": 1}, "suite.attack"),
+    ({"holdout_fraction": 1.5}, "suite.holdout_fraction"),
+    ({"typo": 1}, "suite.typo"),
+])
+def test_bad_suite_options_name_the_field(options, field):
+    with pytest.raises(FarInputError) as error:
+        build_suite({"name": "agentdojo", **options})
+    assert error.value.field == field
+
+
+def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local):
+    from search.cli import main
+
+    suite = {"name": "agentdojo", "suites": ["banking"], "max_user_tasks": 8, "max_injection_tasks": 3}
+    common = {"suite": suite, "rewards": None, "gate": {"max_critical_failures": 0, "max_mean_cost": 10.0},
+              "models": {"cache": {"enabled": False}}}
+    evaluate = tmp_path / "evaluate.json"
+    evaluate.write_text(json.dumps({**common, "policies": {"undefended": UNDEFENDED.model_dump(mode="json"),
+                                                           "review_all": REVIEW_ALL.model_dump(mode="json")},
+                                    "output": str(tmp_path / "ev")}))
+    assert main(["evaluate", str(evaluate)]) == 0
+    summary = json.loads((tmp_path / "ev" / "summary.json").read_text())
+    results = {(r["policy_name"], r["split"]): r for r in summary["results"]}
+    assert results[("undefended", "train")]["failure_counts"]["INJECTION_FOLLOWED"] > 0
+    assert summary["suite"]["excluded_empty_ground_truth"] == {"banking": []}
+
+    search = tmp_path / "search.json"
+    search.write_text(json.dumps({**common, "space": {"parameters": {
+        "cloud_threshold": {"type": "float", "low": 0.0, "high": 1.0, "grid": [0.0, 0.5, 1.0]},
+        "require_confirmation": {"type": "bool"}}},
+        "search": {"method": "grid", "budget": 6, "actors": 2, "chunk_size": 50, "top_k": 2},
+        "output": str(tmp_path / "se")}))
+    assert main(["search", str(search)]) == 0
+    summary = json.loads((tmp_path / "se" / "summary.json").read_text())
+    assert summary["trials"] == 6
+    assert summary["winner"]["holdout"]["scenarios"] == len(build_suite(suite).scenarios("holdout"))
