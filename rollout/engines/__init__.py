@@ -62,6 +62,11 @@ class LazyLM:
     def generate(self, requests):
         return self.lm.generate(requests) if requests else []
 
+    def __getstate__(self) -> dict:
+        # a built engine stays where it is: a copy in another process (a rollout actor) builds its own, or
+        # reconnects to the shared actor, on its first uncached call (``_build`` must be picklable)
+        return {**self.__dict__, "_lm": None}
+
 
 def build_engine(spec: EngineSpec) -> LM:
     try:
