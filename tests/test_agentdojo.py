@@ -236,3 +236,46 @@ def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local):
     summary = json.loads((tmp_path / "se" / "summary.json").read_text())
     assert summary["trials"] == 6
     assert summary["winner"]["holdout"]["scenarios"] == len(build_suite(suite).scenarios("holdout"))
+
+
+def test_learned_edges_fit_on_train_calls_only_labelled_by_origin(faultless):
+    from search.evaluate import Evaluator
+
+    class RecordingEdge:  # a Fittable edge that remembers what it was fitted on
+        name, simulated = "recording", True
+
+        def __init__(self, inner):
+            self.inner, self.fitted = inner, []
+
+        def fit(self, scenarios):
+            self.fitted = list(scenarios)
+
+        def assess(self, scenarios):
+            return self.inner.assess(scenarios)
+
+    base = models()
+    edge = RecordingEdge(base.edge)
+    evaluator = Evaluator(faultless, type(base)(edge, base.cloud, base.user, base.environment), RuleVerifier())
+    evaluator.fit()
+    assert edge.fitted and all(s.split == "train" for s in edge.fitted)
+    train_ids = {s.id for s in faultless.scenarios("train")}
+    assert {s.id.split("#")[0] for s in edge.fitted} == train_ids  # one entry per call, of train episodes only
+    by_kind = {s.kind for s in edge.fitted}
+    assert by_kind == {"user_call", "injection_call"}
+    for call in edge.fitted:  # the label the calibration learns: injection calls must not run unreviewed
+        assert call.ground_truth.unsafe == (call.kind == "injection_call")
+
+
+def test_attribution_stays_within_the_failing_call(faultless):
+    # an edge-routed user call, then the injection call reviewed by a cloud that misses it: the cloud's
+    # miss is to blame, not the earlier call's routing
+    misses = models(unsafe_catch_rate=0.0)
+    policy = Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=False)
+    checked = 0
+    for episode, trajectory, verdict in run(faultless, policy, misses):
+        for failure in verdict.failures:
+            if failure.kind == FailureKind.INJECTION_FOLLOWED:
+                call = trajectory.steps[failure.step].inputs["call_index"]
+                assert trajectory.steps[failure.cause_step].inputs["call_index"] == call
+                checked += 1
+    assert checked

@@ -2,7 +2,9 @@
 
 Rule: walk back from the step where the failure showed (inclusive) and take the nearest step whose
 (node, decision) is a *policy* cause of that failure kind; if none, the nearest *model* cause (a model, the
-user or the environment decided); if none, the failure step itself. Decisions match exactly, or by prefix
+user or the environment decided); if none, the failure step itself. In an episode of several guarded calls
+(steps carry ``call_index``) the walk stays within the failing call: an earlier call's decisions did not
+decide this one. Decisions match exactly, or by prefix
 when the rule ends in ``:`` (``"timeout:"`` matches ``"timeout:retry"``), or by suffix when it starts with
 ``*`` (``"*:give_up"`` matches ``"MODEL_TIMEOUT:give_up"``).
 """
@@ -50,10 +52,14 @@ def _matches(step: Step, causes: Sequence[Cause]) -> bool:
 def attribute(kind: K, steps: Sequence[Step], failure_step: int) -> tuple[Step, str | None]:
     """The step whose decision let failure ``kind`` (shown at ``failure_step``) happen, and the policy parameter
     to blame (None when a model, the user or the environment made that decision)."""
-    for index in range(failure_step, -1, -1):
+    call = steps[failure_step].inputs.get("call_index")
+    first = failure_step
+    while first > 0 and steps[first - 1].inputs.get("call_index") == call:
+        first -= 1
+    for index in range(failure_step, first - 1, -1):
         if _matches(steps[index], POLICY_CAUSES.get(kind, ())):
             return steps[index], steps[index].parameter
-    for index in range(failure_step, -1, -1):
+    for index in range(failure_step, first - 1, -1):
         if _matches(steps[index], MODEL_CAUSES.get(kind, ())):
             return steps[index], None
     return steps[failure_step], None
