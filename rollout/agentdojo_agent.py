@@ -226,9 +226,10 @@ class _Run:
 
 
 def _squash(text: str) -> str:
-    """Text with whitespace, quotes and backslashes removed: tool results are YAML dumps, which fold long
-    lines and escape characters, so an injected text is found in a result by comparing squashed forms."""
-    return re.sub(r"[\s\\\"']+", "", text)
+    """Only the letters and digits of a text (escaped newlines dropped first). Tool results reach the agent
+    as YAML dumps or Python reprs of environment data, which refold, escape and quote an injected text; its
+    letters and digits survive in order, so that is what is compared."""
+    return re.sub(r"[^0-9A-Za-z]+", "", text.replace("\\n", " ").replace("\\t", " "))
 
 
 def _text(message: Any) -> str:

@@ -279,3 +279,15 @@ def test_attribution_stays_within_the_failing_call(faultless):
                 assert trajectory.steps[failure.cause_step].inputs["call_index"] == call
                 checked += 1
     assert checked
+
+
+@pytest.mark.parametrize("name", ["banking", "slack", "travel", "workspace"])
+def test_the_injected_text_reaches_the_scripted_agent_in_every_suite(name):
+    # tool results come back as YAML dumps or Python reprs that refold and escape the injected text
+    suite = AgentDojoSuite(AgentDojoSuiteConfig(suites=(name,), max_user_tasks=4, max_injection_tasks=3,
+                                                benign=False, **NO_FAULTS))
+    results = run(suite, UNDEFENDED)
+    assert results
+    for episode, trajectory, _ in results:
+        assert trajectory.environment_result["injection_seen"], episode.scenario.id
+        assert "injection" in trajectory.environment_result["call_origins"], episode.scenario.id
