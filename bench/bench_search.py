@@ -164,7 +164,7 @@ def run_search(path: Path) -> tuple[float, list]:
     evaluator = Evaluator(build_suite(config.suite), build_models(config.models), RuleVerifier(loaded.rewards),
                           config.costs, config.engine)
     calls = {s: evaluator.prepared(s) for s in ("train", "holdout")}
-    pool = RolloutPool(calls, loaded.rewards, config.costs, config.engine, config.search.actors, config.search.chunk_size)
+    pool = RolloutPool(calls, evaluator.verifier, config.costs, config.engine, config.search.actors, config.search.chunk_size)
     started = time.perf_counter()
     run = run_tune(loaded, pool, True, resume=False, verbose=0)
     wall = time.perf_counter() - started

@@ -16,8 +16,7 @@ import ray
 
 from rollout.agent import Costs, build_graph, rollout_prepared
 from rollout.policy import Policy
-from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import RewardTable
+from verifiers.rules import Verifier, verify_all
 from verifiers.verdict import Verdict
 
 MIN_CHUNK = 50
@@ -25,11 +24,11 @@ MIN_CHUNK = 50
 
 @ray.remote(max_restarts=-1, max_task_retries=1)
 class RolloutActor:
-    def __init__(self, calls_by_split: dict[str, Any], rewards: RewardTable, costs: Costs, engine: str) -> None:
+    def __init__(self, calls_by_split: dict[str, Any], verifier: Verifier, costs: Costs, engine: str) -> None:
         # refs passed at top level of a dict are not resolved automatically: fetch them here, once
         self.calls = {split: ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
                       for split, ref in calls_by_split.items()}
-        self.verifier = RuleVerifier(rewards)
+        self.verifier = verifier
         self.costs = costs
         self.engine = engine
         self._graphs: dict[str, Any] = {}
@@ -41,7 +40,6 @@ class RolloutActor:
         import gc
 
         calls: Sequence[Any] = self.calls[split][start:stop]  # RecordedCalls or episodes
-        verify = self.verifier.verify
         gc.disable()  # acyclic garbage only; see search.evaluate.gc_paused
         try:
             graph = None
@@ -51,7 +49,7 @@ class RolloutActor:
                     self._graphs[key] = build_graph(policy)  # built here: compiled graphs do not pickle
                 graph = self._graphs[key]
             trajectories = rollout_prepared(calls, policy, self.costs, graph)
-            verdicts = [verify(c.scenario, t) for c, t in zip(calls, trajectories)]
+            verdicts = verify_all(self.verifier, [c.scenario for c in calls], trajectories)
         finally:
             gc.enable()
         return verdicts, [t.cost for t in trajectories]
@@ -60,7 +58,7 @@ class RolloutActor:
 class RolloutPool:
     """Handles to the actors plus the chunking rule; picklable, so Tune trials can carry it."""
 
-    def __init__(self, calls_by_split: dict[str, list[Any]], rewards: RewardTable, costs: Costs,
+    def __init__(self, calls_by_split: dict[str, list[Any]], verifier: Verifier, costs: Costs,
                  engine: str = "replay", actors: int = 2, chunk_size: int = 200) -> None:
         if chunk_size < MIN_CHUNK:
             raise ValueError(f"chunk_size must be >= {MIN_CHUNK}")
@@ -69,7 +67,7 @@ class RolloutPool:
         refs = {split: ray.put(calls) for split, calls in calls_by_split.items()}
         # num_cpus=0: the actors do the work while trials wait on them; reserving CPUs for both deadlocks a
         # 2-core machine (see stack notes)
-        self.actors = [RolloutActor.options(num_cpus=0).remote(refs, rewards, costs, engine) for _ in range(actors)]
+        self.actors = [RolloutActor.options(num_cpus=0).remote(refs, verifier, costs, engine) for _ in range(actors)]
         self._refs = refs  # keep the data alive for restarts
 
     def chunks(self, split: str) -> list[tuple[int, int]]:

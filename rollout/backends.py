@@ -195,6 +195,11 @@ def open_cache(config: CacheConfig) -> CallCache | None:
     return CallCache(Path(config.path).expanduser() if config.path else data_dir() / "model_calls.sqlite")
 
 
+def build_lm(options: LMOptions, host: LMHost | None = None, cache: CacheConfig | None = None) -> LM:
+    """One LM as the backends build theirs: hosted by ``host``, behind the call cache when enabled."""
+    return BuildContext(host or InProcessHost(), open_cache(cache or CacheConfig())).lm(options)
+
+
 def build_models(config: ModelsConfig, host: LMHost | None = None) -> ModelSet:
     context = BuildContext(host or InProcessHost(), open_cache(config.cache))
     models = ModelSet(

@@ -35,13 +35,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from rollout.io import write_json_atomic, write_parquet_atomic
     from rollout.scenario import SPLITS, scenarios_to_table
     from rollout.suites import build_suite, split_manifest
-    from search.config import load_evaluate_config
+    from search.config import load_evaluate_config, make_verifier
     from search.evaluate import Evaluator
     from search.gate import gate
     from search.rank import rank
     from search.report import attribution_table, gate_table, results_table
     from search.results import breakdown
-    from verifiers.rules import RuleVerifier
+    from search.sensitivity import Evaluated, review_rows, sensitivity, sensitivity_table
+    from verifiers.ensemble import EnsembleVerifier
 
     loaded = load_evaluate_config(args.config, output=args.output)
     config = loaded.config
@@ -49,13 +50,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"engine": args.engine})
     suite = build_suite(config.suite, loaded.base_dir)
     host = None
-    if config.models.uses_actors():
+    judge_on_actor = "llm_judge" in config.verifier.members and config.verifier.llm_judge.actor
+    if config.models.uses_actors() or judge_on_actor:
         from cluster.hosting import RayHost
 
         host = RayHost()
     models = build_models(config.models, host)
-    evaluator = Evaluator(suite, models, RuleVerifier(loaded.rewards), config.costs, config.engine,
-                          config.gate.confidence, progress=_progress)
+    verifier = make_verifier(config, loaded.rewards, host)
+    evaluator = Evaluator(suite, models, verifier, config.costs, config.engine, config.gate.confidence,
+                          progress=_progress)
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
     for split, size in sizes.items():
         if size == 0:
@@ -70,7 +73,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
           f"user {label(models.user)}", flush=True)
 
     started = time.perf_counter()
-    results, rows, breakdown_rows = [], [], []
+    results, rows, breakdown_rows, evaluated = [], [], [], []
     total = len(loaded.policies) * len(SPLITS)
     for index, (name, policy) in enumerate(loaded.policies.items()):
         for offset, split in enumerate(SPLITS):
@@ -78,6 +81,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
             results.append(evaluation.result)
             breakdown_rows.extend(breakdown(name, split, suite.scenarios(split), evaluation.verdicts))
             rows.extend(evaluation.rows)
+            evaluated.append(Evaluated(name, policy, split, suite.scenarios(split), evaluation.trajectories,
+                                       evaluation.verdicts))
             done = index * len(SPLITS) + offset + 1
             _progress(f"  [{done}/{total}] {name} on {split}: {sizes[split]} rollouts "
                       f"({time.perf_counter() - started:.1f}s)")
@@ -117,6 +122,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     write_parquet_atomic(out / "rollouts.parquet", pa.Table.from_pylist(rows))
     write_parquet_atomic(out / "policy_results.parquet", pa.Table.from_pylist([r.row() for r in results]))
     write_parquet_atomic(out / "breakdown.parquet", pa.Table.from_pylist(breakdown_rows))
+    ensemble_report = None
+    if isinstance(verifier, EnsembleVerifier):
+        ensemble_report = sensitivity(verifier, evaluated, config.gate, models.simulated)
+        review = review_rows(evaluated)
+        write_parquet_atomic(out / "review.parquet", pa.Table.from_pylist(review) if review
+                             else pa.table({"policy": pa.array([], pa.string())}))
+        write_json_atomic(out / "sensitivity.json", ensemble_report)
+        print(f"\nVerifier ensemble ({', '.join(verifier.member_names)}; {verifier.aggregation}): "
+              f"{len(review)} rollouts where members disagree (review.parquet). Drop or flip each member:")
+        print(sensitivity_table(ensemble_report))
     write_parquet_atomic(out / "attribution.parquet", pa.Table.from_pylist(attribution_rows) if attribution_rows
                          else pa.table({"policy": pa.array([], pa.string())}))
     summary: dict[str, Any] = {
@@ -133,6 +148,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "results": [r.model_dump(mode="json") for r in results],
         "gate": {name: v.to_dict() for name, v in verdicts.items()},
         "ranking_train": ranking,
+        "verifier": config.verifier.model_dump(mode="json"),
+        "sensitivity": ensemble_report,
         "versions": _versions(),
         "seconds": round(time.perf_counter() - started, 3),
     }
@@ -163,7 +180,7 @@ def proposer_engine(config: Any, explicit: bool) -> tuple[Any, bool]:
 def cmd_search(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from search.config import load_search_config
+    from search.config import load_search_config, make_verifier
 
     loaded = load_search_config(args.config, output=args.output)  # all validation before Ray starts
     config = loaded.config
@@ -187,19 +204,18 @@ def cmd_search(args: argparse.Namespace) -> int:
     from search.leaderboard import build_leaderboard
     from search.report import attribution_table, results_table
     from search.tune_search import run_tune
-    from verifiers.rules import RuleVerifier
 
     ensure_ray(args.address)
     host = RayHost()
     models = build_models(config.models, host)
-    evaluator = Evaluator(suite, models, RuleVerifier(loaded.rewards), config.costs, config.engine,
+    evaluator = Evaluator(suite, models, make_verifier(config, loaded.rewards, host), config.costs, config.engine,
                           config.gate.confidence, progress=_progress)
     started = time.perf_counter()
     _progress(f"FAR search: {settings.method}, budget {settings.budget}, space of {loaded.space.grid_size()} grid "
               f"points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "
               f"{len(suite.scenarios('holdout'))}); {settings.actors} rollout actors")
     calls = {split: evaluator.prepared(split) for split in SPLITS}
-    pool = RolloutPool(calls, loaded.rewards, config.costs, config.engine, settings.actors, settings.chunk_size)
+    pool = RolloutPool(calls, evaluator.verifier, config.costs, config.engine, settings.actors, settings.chunk_size)
     proposer = None
     if settings.method == "llm":
         spec, actor = proposer_engine(config, "llm" in (loaded.raw.get("search") or {}))

@@ -14,6 +14,7 @@ from rollout.policy import Policy, load_policies, parse_named_policies
 from rollout.suites import SuiteSpec
 from search.gate import GateConfig
 from search.space import PolicySpace, load_space, parse_space
+from verifiers.ensemble import EnsembleConfig, LLMJudgeConfig, build_verifier
 from verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
 
 
@@ -28,6 +29,7 @@ class RunConfig(BaseModel):
     costs: Costs = Costs()
     gate: GateConfig = GateConfig()
     engine: Literal["replay", "graph"] = "replay"
+    verifier: EnsembleConfig = EnsembleConfig()
 
 
 class EvaluateConfig(RunConfig):
@@ -76,6 +78,19 @@ class SearchConfig(RunConfig):
     space: dict[str, Any] | str = Field(..., description="the policy space, or a path to it")
     search: SearchSettings
     output: str = "results/search"
+
+
+def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> Any:
+    """The run's verifier: the rule verifier, or the configured ensemble (its LLM judge built like the model
+    backends: hosted by ``host``, behind the model-call cache)."""
+    from rollout.backends import LMOptions, build_lm
+
+    def judge_lm(judge: LLMJudgeConfig):
+        options = LMOptions(engine=judge.engine, model=judge.model, engine_options=judge.engine_options,
+                            actor=judge.actor)
+        return build_lm(options, host, config.models.cache)
+
+    return build_verifier(config.verifier, rewards, judge_lm)
 
 
 class Loaded(BaseModel):

@@ -18,7 +18,7 @@ from rollout.scenario import Scenario, Split
 from rollout.suites import Suite
 from rollout.trajectory import Trajectory
 from search.results import PolicyResult, aggregate, rollout_row
-from verifiers.rules import Verifier
+from verifiers.rules import Verifier, verify_all
 from verifiers.verdict import Verdict
 
 Engine = Literal["replay", "graph"]
@@ -119,9 +119,8 @@ class Evaluator:
     def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:
         scenarios = self.scenarios(split)
         trajectories = self.rollouts(policy, split)
-        verify = self.verifier.verify
         with gc_paused():
-            verdicts = [verify(s, t) for s, t in zip(scenarios, trajectories, strict=True)]
+            verdicts = verify_all(self.verifier, scenarios, trajectories)
         result = aggregate(name, policy, split, verdicts, [t.cost for t in trajectories],
                            simulated=self.models.simulated, confidence=self.confidence)
         evaluation = SplitEvaluation(result, trajectories, verdicts)

@@ -111,6 +111,7 @@ def rollout_row(policy_name: str, scenario: Scenario, trajectory: Trajectory, ve
         "steps": json.dumps([s.to_dict() for s in trajectory.steps], default=str),
         "environment_result": json.dumps(trajectory.environment_result)
         if trajectory.environment_result is not None else None,
+        "members_z": json.dumps(verdict.breakdown["members"]) if "members" in verdict.breakdown else None,
         "engine": engine,
     }
 

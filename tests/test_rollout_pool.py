@@ -8,7 +8,6 @@ from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
 from rollout.policy import Policy
 from search.evaluate import Evaluator
 from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import RewardTable
 
 POLICY = Policy(cloud_threshold=0.4, max_retries=2, fallback_mode="ask_user")
 
@@ -17,7 +16,7 @@ def setup(engine="replay"):
     evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=1500, seed=6)),
                           build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})), RuleVerifier())
     calls = {split: evaluator.prepared(split) for split in ("train", "holdout")}
-    return evaluator, RolloutPool(calls, RewardTable(), evaluator.costs, engine, actors=2, chunk_size=50)
+    return evaluator, RolloutPool(calls, evaluator.verifier, evaluator.costs, engine, actors=2, chunk_size=50)
 
 
 def test_pool_matches_in_process_evaluation(ray_local):

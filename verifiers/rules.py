@@ -1,6 +1,7 @@
 """The rule verifier: the failure taxonomy applied to a trajectory and an environment judgement."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from rollout.scenario import Scenario
@@ -16,6 +17,15 @@ class Verifier(Protocol):
     name: str
 
     def verify(self, scenario: Scenario, trajectory: Trajectory) -> Verdict: ...
+
+
+def verify_all(verifier: Verifier, scenarios: Sequence[Scenario], trajectories: Sequence[Trajectory]) -> list[Verdict]:
+    """Verdicts in scenario order; batched where the verifier can (an ensemble with an LLM judge)."""
+    verify_many = getattr(verifier, "verify_many", None)
+    if verify_many is not None:
+        return verify_many(scenarios, trajectories)
+    verify = verifier.verify
+    return [verify(s, t) for s, t in zip(scenarios, trajectories, strict=True)]
 
 
 def detect_failures(trajectory: Trajectory, judgement: Judgement) -> list[tuple[FailureKind, int]]:

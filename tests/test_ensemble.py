@@ -1,0 +1,203 @@
+"""The verifier ensemble: aggregation rules (exhaustive on small grids), members, reconciliation, sensitivity,
+and the trajectory wire format."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, strategies as st
+from pydantic import ValidationError
+
+from rollout.backends import ModelsConfig, build_models
+from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.policy import Policy
+from rollout.trajectory_io import TrajectoryModel
+from search.evaluate import Evaluator
+from search.gate import GateConfig
+from search.sensitivity import Evaluated, review_rows, sensitivity
+from verifiers import aggregation as agg
+from verifiers.ensemble import EnsembleConfig, EnsembleVerifier, build_verifier, reconcile
+from verifiers.members import Assessment, EnvironmentMember, parse_answer
+from verifiers.rules import RuleVerifier
+from verifiers.taxonomy import FailureKind, RewardTable
+
+GRID = (None, 0.0, 0.25, 0.5, 1.0)
+COLUMNS = [c for n in (1, 2, 3) for c in itertools.product(GRID, repeat=n)]
+
+
+@pytest.mark.parametrize("rule", sorted(agg.AGGREGATIONS))
+def test_every_rule_abstains_only_when_every_member_does(rule):
+    for column in COLUMNS:
+        result = agg.AGGREGATIONS[rule](column, [1.0] * len(column))
+        present = [s for s in column if s is not None]
+        if not present:
+            assert result is None
+        else:
+            assert 0.0 <= result <= 1.0
+            if rule in ("mean", "min", "weighted"):
+                assert min(present) <= result <= max(present)
+
+
+def test_rules_on_the_grid():
+    for column in COLUMNS:
+        present = [s for s in column if s is not None]
+        if not present:
+            continue
+        assert agg.minimum(column) == min(present)
+        assert agg.mean(column) == pytest.approx(sum(present) / len(present))
+        assert agg.weighted(column, [1.0] * len(column)) == pytest.approx(agg.mean(column))
+        passes = sum(s >= 0.5 for s in present)
+        assert agg.majority(column) == (1.0 if passes > len(present) - passes else 0.0)
+        assert agg.disagreement(column) == (max(present) - min(present) if len(present) > 1 else 0.0)
+        # an abstaining member changes nothing: the same as leaving it out
+        assert agg.mean(column) == agg.mean(present) and agg.minimum(column) == agg.minimum(present)
+
+
+def test_majority_tie_fails_and_weights_behave():
+    assert agg.majority([1.0, 0.0]) == 0.0 and agg.majority([1.0, 1.0, 0.0]) == 1.0
+    assert agg.weighted([1.0, 0.0], [3.0, 1.0]) == 0.75
+    assert agg.weighted([1.0, 0.0], [0.0, 0.0]) == 0.5  # all-zero weights: the plain mean
+    assert agg.weighted([1.0, None], [0.0, 5.0]) == 1.0  # the weighted member abstained
+    with pytest.raises(ValueError):
+        agg.weighted([1.0, 0.0], [-1.0, 1.0])
+    with pytest.raises(ValueError):
+        agg.weighted([1.0], [1.0, 2.0])
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"answer": "yes"}', 1.0), ('{"answer":"no"}', 0.0), (' {"answer": "no"} ', 0.0),
+    ('{"answer": "Yes"}', None), ('yes', None), ('{"answer": "yes", "why": "x"}', None), ('', None),
+    ('{"answer": "yes"', None), ('["yes"]', None), ('{"answer": 1}', None),
+])
+def test_llm_judgements_are_parsed_strictly(text, expected):
+    assert parse_answer(text) == expected
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=600, seed=3))
+    models = build_models(ModelsConfig.model_validate({"cache": {"enabled": False}}))
+    return Evaluator(suite, models, RuleVerifier())
+
+
+POLICIES = {"careful": Policy(cloud_threshold=0.2, max_retries=2, fallback_mode="ask_user"),
+            "edge": Policy(cloud_threshold=0.9, max_retries=1, require_confirmation=False),
+            "reckless": Policy(cloud_threshold=1.0, max_retries=0, require_confirmation=False,
+                               fallback_mode="none")}
+
+
+def test_rules_alone_is_the_rule_verifier(evaluator):
+    assert isinstance(build_verifier(EnsembleConfig(), RewardTable()), RuleVerifier)
+    ensemble = EnsembleVerifier(RuleVerifier())
+    scenarios = evaluator.scenarios("train")
+    trajectories = evaluator.rollouts(POLICIES["edge"], "train")
+    plain = [RuleVerifier().verify(s, t) for s, t in zip(scenarios, trajectories)]
+    combined = ensemble.verify_many(scenarios, trajectories)
+    assert [(v.failures, v.reward, v.z) for v in plain] == [(v.failures, v.reward, v.z) for v in combined]
+    assert not any(v.breakdown["review"] for v in combined)
+
+
+def test_reconcile_adds_or_drops_exactly_the_harm_failure(evaluator):
+    table = RewardTable()
+    scenarios = evaluator.scenarios("train")
+    trajectories = evaluator.rollouts(POLICIES["reckless"], "train")
+    checked = {"added": 0, "dropped": 0}
+    for scenario, trajectory in zip(scenarios, trajectories):
+        verdict = RuleVerifier(table).verify(scenario, trajectory)
+        harmful = any(f.kind in (FailureKind.UNSAFE_ACTION_EXECUTED, FailureKind.INJECTION_FOLLOWED)
+                      for f in verdict.failures)
+        assert reconcile(verdict, 0.0 if harmful else 1.0, trajectory, table) == verdict  # agreement: unchanged
+        flipped = reconcile(verdict, 1.0 if harmful else 0.0, trajectory, table)
+        if harmful:
+            checked["dropped"] += 1
+            assert flipped.critical_failures < verdict.critical_failures and flipped.reward > verdict.reward
+        else:
+            checked["added"] += 1
+            added = flipped.failures[-1]
+            assert added.kind == FailureKind.UNSAFE_ACTION_EXECUTED and added.critical
+            assert flipped.reward == verdict.reward + table.penalty(FailureKind.UNSAFE_ACTION_EXECUTED)
+    assert checked["added"] and checked["dropped"]
+
+
+class BlindToHarm:
+    """A member that never sees harm: the single-verifier blindness FATE warns about."""
+
+    name = "blind"
+
+    def assess(self, scenarios, trajectories):
+        return [Assessment(self.name, (1.0, 1.0, 1.0, 1.0), (1.0,) * 4) for _ in scenarios]
+
+
+def evaluate_all(evaluator, verifier):
+    evaluated = []
+    for name, policy in POLICIES.items():
+        for split in ("train", "holdout"):
+            scenarios = evaluator.scenarios(split)
+            trajectories = evaluator.rollouts(policy, split)
+            evaluated.append(Evaluated(name, policy, split, scenarios, trajectories,
+                                       verifier.verify_many(scenarios, trajectories)))
+    return evaluated
+
+
+def test_disagreement_is_reported_and_listed_for_review(evaluator):
+    ensemble = EnsembleVerifier(RuleVerifier(), [EnvironmentMember(), BlindToHarm()], aggregation="min")
+    evaluated = evaluate_all(evaluator, ensemble)
+    rows = review_rows(evaluated)
+    assert rows
+    for item in evaluated:
+        for verdict in item.verdicts:
+            members = verdict.breakdown["members"]
+            assert set(members) == {"rules", "environment", "blind"}
+            assert members["environment"]["controllability"] is None  # abstains: cannot observe it
+            spread = verdict.breakdown["disagreement"]
+            assert verdict.breakdown["review"] == (max(spread.values()) >= 0.5)
+            assert verdict.z.security == min(m["security"] for m in members.values())  # min aggregation
+
+
+def test_sensitivity_shows_a_blind_member_flipping_the_gate(evaluator):
+    # mean of (rules, blind): harm scores 0.5, which the ensemble does not count as harm
+    ensemble = EnsembleVerifier(RuleVerifier(), [BlindToHarm()], aggregation="mean")
+    report = sensitivity(ensemble, evaluate_all(evaluator, ensemble), GateConfig(max_mean_cost=None), True)
+    rows = {row["variant"]: row for row in report["variants"]}
+    assert set(rows) == {"ensemble", "drop rules", "drop blind", "flip rules", "flip blind"}
+    # with the blind member, reckless shows no harm; dropping it restores the rules' critical failures
+    assert rows["ensemble"]["holdout_critical"]["reckless"] < rows["drop blind"]["holdout_critical"]["reckless"]
+    assert rows["drop blind"]["ranking_changed"] or rows["drop blind"]["gate_changed"] or \
+        rows["drop blind"]["holdout_critical"] != rows["ensemble"]["holdout_critical"]
+    assert rows["ensemble"]["ranking_changed"] is False and rows["ensemble"]["gate_changed"] == []
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"members": ["environment"]}, "'rules' is required"),
+    ({"members": ["rules", "oracle"]}, "unknown member"),
+    ({"weights": {"rules": -1}}, "weights"),
+])
+def test_bad_ensemble_configs_are_refused(options, message):
+    with pytest.raises(ValidationError, match=message):
+        EnsembleConfig.model_validate(options)
+
+
+@given(policy=st.builds(Policy, cloud_threshold=st.floats(0, 1), max_retries=st.integers(0, 3),
+                        require_confirmation=st.booleans(),
+                        fallback_mode=st.sampled_from(["safe_shutdown", "ask_user", "edge_only", "none"])))
+def test_a_trajectory_sent_as_json_verifies_exactly_as_the_original(evaluator, policy):
+    scenarios = evaluator.scenarios("holdout")[:40]
+    trajectories = evaluator.rollouts(policy, "holdout")[:40]
+    verifier = RuleVerifier()
+    for scenario, trajectory in zip(scenarios, trajectories):
+        wire = TrajectoryModel.from_trajectory(trajectory).model_dump_json()
+        received = TrajectoryModel.model_validate_json(wire).to_trajectory()
+        assert verifier.verify(scenario, received) == verifier.verify(scenario, trajectory)
+
+
+def test_malformed_trajectories_are_rejected_with_the_field():
+    base = {"scenario_id": "s", "policy": {}, "outcome": "completed",
+            "steps": [{"index": 0, "node": "finish", "decision": "completed"}]}
+    TrajectoryModel.model_validate(base)
+    for bad, where in [({"steps": [{"index": 1, "node": "finish", "decision": "x"}]}, "index"),
+                       ({"steps": [{"index": 0, "node": "teleport", "decision": "x"}]}, "node"),
+                       ({"outcome": "exploded"}, "outcome"),
+                       ({"steps": [{"index": 0, "node": "execute", "decision": "ok",
+                                    "inputs": {"call": {"args": {}}}}]}, "tool")]:
+        with pytest.raises(ValidationError, match=where):
+            TrajectoryModel.model_validate({**base, **bad})
