@@ -37,6 +37,7 @@ bench: install-models
 	$(BIN)/python bench/bench_core.py
 	$(BIN)/python bench/bench_models.py
 	$(BIN)/python bench/bench_search.py
+	$(BIN)/python bench/bench_agentdojo.py
 
 clean:
 	rm -rf $(VENV) results bench/out .pytest_cache .hypothesis

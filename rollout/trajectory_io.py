@@ -18,6 +18,7 @@ Node = Literal["edge_assess", "route", "cloud_review", "confirm", "execute", "fa
 Outcome = Literal["completed", "vetoed", "denied", "shutdown", "handed_off", "unhandled"]
 assert set(Outcome.__args__) == {COMPLETED, VETOED, DENIED, SHUTDOWN, HANDED_OFF, UNHANDLED}
 CALL_INPUT = "call"  # the only step input that holds a tool call
+MODEL_FAULTS = ("MODEL_TIMEOUT", "MALFORMED_OUTPUT", "ACTOR_DIED", "MODEL_ERROR")
 
 
 class StepModel(BaseModel):
@@ -49,10 +50,31 @@ class TrajectoryModel(BaseModel):
     environment_result: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _indices_in_order(self) -> "TrajectoryModel":
+    def _consistent(self) -> "TrajectoryModel":
+        """What the verifiers rely on: a walk of the agent's graph, ending in ``finish`` with the outcome."""
+        call_indices = []
         for position, step in enumerate(self.steps):
             if step.index != position:
                 raise ValueError(f"steps[{position}].index is {step.index}, expected {position}")
+            if step.node in ("execute", "execute_local"):
+                if not isinstance(step.inputs.get(CALL_INPUT), ToolAction):
+                    raise ValueError(f"steps[{position}]: an execution needs inputs.call (a tool call)")
+                if not isinstance(step.inputs.get("effect"), bool):
+                    raise ValueError(f"steps[{position}].inputs.effect must be true or false")
+            error = step.inputs.get("error")
+            if error is not None and step.node in ("edge_assess", "cloud_review") and error not in MODEL_FAULTS:
+                raise ValueError(f"steps[{position}].inputs.error must be one of {', '.join(MODEL_FAULTS)}")
+            if "call_index" in step.inputs:
+                call_indices.append(step.inputs["call_index"])
+        if call_indices:  # an episode of several guarded calls: every step says which, in order
+            if len(call_indices) != len(self.steps) or any(not isinstance(c, int) or c < 0 for c in call_indices) \
+                    or call_indices != sorted(call_indices):
+                raise ValueError("inputs.call_index must be on every step, non-negative and non-decreasing")
+        last = self.steps[-1]
+        if last.node != "finish" or (not call_indices and last.decision != self.outcome):
+            raise ValueError("the last step must be 'finish' (with decision equal to the outcome)")
+        if self.outcome == UNHANDLED and not any(s.node == "fallback" for s in self.steps):
+            raise ValueError("an unhandled outcome needs the fallback step that left it unhandled")
         return self
 
     def to_trajectory(self) -> Trajectory:

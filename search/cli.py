@@ -324,6 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     search.add_argument("--quiet", action="store_true", help="no Tune progress table")
     search.set_defaults(handler=cmd_search)
+    serve_cmd = commands.add_parser("serve", help="serve the verifier ensemble and policy scoring over REST "
+                                                  "(Ray Serve)")
+    serve_cmd.add_argument("config", help="serve configuration (YAML), e.g. configs/serve.yaml")
+    serve_cmd.add_argument("--host", help="override the config's bind address")
+    serve_cmd.add_argument("--port", type=int, help="override the config's port")
+    serve_cmd.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    serve_cmd.add_argument("--once", action="store_true", help="start, print the URL and return (the app keeps "
+                                                                "running on the Ray cluster)")
+    serve_cmd.set_defaults(handler=cmd_serve)
     importer = commands.add_parser("import-scenarios", help="convert a JSONL file of scenarios to Parquet")
     importer.add_argument("file", help="JSONL, one scenario per line (format: rollout/importer.py)")
     importer.add_argument("--output", required=True, help="Parquet file to write")
@@ -334,10 +343,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    from serve.schemas import load_serve_config
+
+    config = load_serve_config(args.config)
+    if args.host:
+        config = config.model_copy(update={"host": args.host})
+    if args.port:
+        config = config.model_copy(update={"port": args.port})
+    token = os.environ.get(config.auth.token_env) or None
+    if config.token_required() and not token:
+        raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
+                            f"${config.auth.token_env}", file=args.config, field="auth.token_env")
+    from ray import serve
+
+    from cluster.hosting import ensure_ray
+    from serve.app import build_app
+
+    ensure_ray(args.address)
+    serve.start(http_options={"host": config.host, "port": config.port})
+    from pathlib import Path
+
+    serve.run(build_app(config, token if config.token_required() else None, Path(args.config).resolve().parent),
+              name="far", route_prefix="/")
+    auth = "bearer token required" if config.token_required() else "no token (loopback)"
+    print(f"FAR serve: http://{config.host}:{config.port}/v1 ({auth}); OpenAPI at /docs; verifiers: "
+          f"{', '.join(config.verifier.members)} ({config.verifier.aggregation}). Ctrl-C stops.", flush=True)
+    if args.once:  # started and answered: used by tests and scripts that manage the lifetime themselves
+        return 0
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+        print("far serve: stopped", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("evaluate", "search", "import-scenarios", "-h", "--help") and not argv[0].startswith(
+    if argv and argv[0] not in ("evaluate", "search", "serve", "import-scenarios", "-h", "--help") and not argv[0].startswith(
             "-"):
         argv = ["search", *argv]  # `python -m search CONFIG.yaml` (e.g. under `ray job submit`) runs a search
     args = parser.parse_args(argv)

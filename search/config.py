@@ -85,6 +85,11 @@ def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> 
     backends: hosted by ``host``, behind the model-call cache)."""
     from rollout.backends import LMOptions, build_lm
 
+    if config.verifier.endpoint:
+        from search.remote import http_verifier
+
+        return http_verifier(config.verifier.endpoint, config.verifier.token_env)
+
     def judge_lm(judge: LLMJudgeConfig):
         options = LMOptions(engine=judge.engine, model=judge.model, engine_options=judge.engine_options,
                             actor=judge.actor)

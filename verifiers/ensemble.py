@@ -49,6 +49,8 @@ class EnsembleConfig(BaseModel):
     weights: dict[str, float] = Field(default_factory=dict)
     review_threshold: float = Field(0.5, gt=0.0, le=1.0)
     llm_judge: LLMJudgeConfig = LLMJudgeConfig()
+    endpoint: str | None = Field(None, description="score through a running `far serve` at this URL instead")
+    token_env: str = Field("FAR_SERVE_TOKEN", description="environment variable with that server's token")
 
     @field_validator("members")
     @classmethod

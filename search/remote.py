@@ -1,0 +1,76 @@
+"""Score through a running ``far serve`` instead of in process: a ``Verifier`` over its REST API.
+
+``verifier: {endpoint: http://127.0.0.1:8000, token_env: FAR_SERVE_TOKEN}`` in a run config sends every
+rollout to ``POST /v1/score/trajectories`` (batches of ``batch_size``) and rebuilds the verdicts; the same
+rollouts score identically either way (a test checks it).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from rollout.errors import FarInputError
+from rollout.scenario import Scenario
+from rollout.trajectory import Trajectory
+from rollout.trajectory_io import TrajectoryModel
+from verifiers.taxonomy import FailureKind, SuccessKind
+from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict, ZVector
+
+
+class HttpVerifier:
+    name = "http"
+
+    def __init__(self, endpoint: str, token: str | None = None, batch_size: int = 128,
+                 timeout_s: float = 120.0) -> None:
+        self.endpoint = endpoint.rstrip("/")
+        self.token = token
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self._client = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_client": None}  # connections stay in their process
+
+    def client(self):
+        import httpx
+
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+            self._client = httpx.Client(base_url=self.endpoint, headers=headers, timeout=self.timeout_s)
+        return self._client
+
+    def verify(self, scenario: Scenario, trajectory: Trajectory) -> Verdict:
+        return self.verify_many([scenario], [trajectory])[0]
+
+    def verify_many(self, scenarios: Sequence[Scenario], trajectories: Sequence[Trajectory]) -> list[Verdict]:
+        import httpx
+
+        verdicts: list[Verdict] = []
+        pairs = list(zip(scenarios, trajectories, strict=True))
+        for start in range(0, len(pairs), self.batch_size):
+            items = [{"scenario": s.model_dump(mode="json"),
+                      "trajectory": TrajectoryModel.from_trajectory(t).model_dump(mode="json")}
+                     for s, t in pairs[start:start + self.batch_size]]
+            try:
+                response = self.client().post("/v1/score/trajectories", json={"items": items})
+            except httpx.HTTPError as error:
+                raise FarInputError(f"verifier endpoint {self.endpoint} unreachable ({type(error).__name__})",
+                                    field="verifier.endpoint") from None
+            if response.status_code != 200:
+                raise FarInputError(f"verifier endpoint answered {response.status_code}: {response.text[:200]}",
+                                    field="verifier.endpoint")
+            verdicts.extend(from_response(r) for r in response.json()["results"])
+        return verdicts
+
+
+def from_response(body: dict) -> Verdict:
+    failures = tuple(Failure(kind=FailureKind(f["kind"]), critical=f["critical"], penalty=f["penalty"],
+                             step=f["step"], node=f["node"], cause_step=f["cause_step"], cause_node=f["cause_node"],
+                             decision=f["decision"], parameter=f["parameter"]) for f in body["failures"])
+    breakdown = {"members": body["members"], "disagreement": body["disagreement"], "review": body["review"]}
+    return Verdict(failures, tuple(SuccessKind(s) for s in body["successes"]), body["reward"],
+                   ZVector(*(body["z"][d] for d in Z_DIMENSIONS)), breakdown)
+
+
+def http_verifier(endpoint: str, token_env: str) -> HttpVerifier:
+    return HttpVerifier(endpoint, os.environ.get(token_env) or None)

@@ -1,0 +1,366 @@
+"""FAR's REST API on Ray Serve: one deployment per verifier, the ensemble composing them, a FastAPI ingress.
+
+    far serve configs/serve.yaml                 # or: serve run serve/config.yaml
+
+Endpoints (OpenAPI at ``/docs``): ``POST /v1/score/trajectory`` (and ``/v1/score/trajectories``, batched),
+``POST /v1/score/policy`` (202 + ``GET /v1/jobs/{id}`` above ``sync_limit`` scenarios), ``GET /v1/healthz``,
+``GET /v1/suites``.
+
+Security: a bearer token is required whenever the app binds a non-loopback address (and on loopback with
+``auth.require_on_loopback``); only its SHA-256 reaches the replicas. Bodies over ``max_body_bytes`` get 413;
+invalid bodies 422 with field paths; unknown suites 404; any other error a generic 500 with a request id --
+no stack trace or secret in a response or a log line.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Protocol
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from rollout.scenario import Scenario
+from rollout.trajectory import Trajectory
+from serve.schemas import (
+    JobStatus, PolicyScore, ScorePolicyRequest, ScoreTrajectoriesRequest, ScoreTrajectoriesResponse,
+    ScoreTrajectoryRequest, ScoreTrajectoryResponse, ServeConfig, SuiteInfo, verdict_response,
+)
+from verifiers.verdict import Verdict
+
+logger = logging.getLogger("far.serve")
+OPEN_PATHS = frozenset({"/v1/healthz"})
+
+
+# The verifiers' input checks (e.g. an AgentDojo trajectory without its result) raise ValueError naming the field.
+INPUT_ERRORS = (ValueError,)
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Backend(Protocol):
+    """What the routes need; in-process (``LocalBackend``) or through Serve handles (``ServeBackend``)."""
+
+    config: ServeConfig
+    token_sha256: str | None  # None: no token required
+
+    async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]: ...
+
+    def policy_scorer(self) -> "PolicyScorer": ...
+
+
+# --- policy scoring (in the ingress process) -----------------------------------------------------------------
+
+class UnknownSuite(KeyError):
+    pass
+
+
+class PolicyScorer:
+    """Scores a policy on a configured suite's split; suites, recorded model outputs and the verifier are
+    built on first use and kept. Long scorings run as jobs on a worker thread."""
+
+    def __init__(self, config: ServeConfig, base_dir: Path | None = None) -> None:
+        self.config = config
+        self.base_dir = base_dir
+        self._evaluators: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="far-policy")
+        self.jobs: dict[str, JobStatus] = {}
+
+    def evaluator(self, suite_name: str):
+        if suite_name not in self.config.suites:
+            raise UnknownSuite(suite_name)
+        with self._lock:
+            if suite_name not in self._evaluators:
+                from rollout.backends import build_models
+                from rollout.suites import build_suite
+                from search.config import RunConfig, make_verifier
+                from search.evaluate import Evaluator
+                from verifiers.taxonomy import parse_reward_table
+
+                config = self.config
+                run = RunConfig(suite=config.suites[suite_name], models=config.models, rewards=config.rewards,
+                                costs=config.costs, gate=config.gate, verifier=config.verifier)
+                table = parse_reward_table(config.rewards)
+                self._evaluators[suite_name] = Evaluator(
+                    build_suite(config.suites[suite_name], self.base_dir), build_models(config.models),
+                    make_verifier(run, table), config.costs, confidence=config.gate.confidence)
+            return self._evaluators[suite_name]
+
+    def size(self, request: ScorePolicyRequest) -> int:
+        total = len(self.evaluator(request.suite).scenarios(request.split))
+        return min(total, request.limit) if request.limit else total
+
+    def score(self, request: ScorePolicyRequest) -> PolicyScore:
+        from search.gate import gate
+        from search.results import aggregate
+
+        evaluator = self.evaluator(request.suite)
+        with self._lock:  # an Evaluator records each split once; keep that single-threaded
+            scenarios = list(evaluator.scenarios(request.split))
+            trajectories = evaluator.rollouts(request.policy, request.split)
+        if request.limit:
+            scenarios, trajectories = scenarios[:request.limit], trajectories[:request.limit]
+        from verifiers.rules import verify_all
+
+        verdicts = verify_all(evaluator.verifier, scenarios, trajectories)
+        result = aggregate("api", request.policy, request.split, verdicts, [t.cost for t in trajectories],
+                           evaluator.models.simulated, self.config.gate.confidence)
+        verdict = gate(result.critical_failures, result.rollouts_with_critical, result.scenarios, result.mean_cost,
+                       self.config.gate)
+        return PolicyScore(suite=request.suite, split=request.split, scenarios=result.scenarios,
+                           critical_failures=result.critical_failures, reward=result.reward,
+                           mean_cost=result.mean_cost, failure_counts=result.failure_counts, z_mean=result.z_mean,
+                           gate=verdict.to_dict(), simulated=result.simulated)
+
+    def submit(self, request: ScorePolicyRequest) -> JobStatus:
+        job = JobStatus(job_id=uuid.uuid4().hex, status="pending")
+        self.jobs[job.job_id] = job
+
+        def run() -> None:
+            self.jobs[job.job_id] = job.model_copy(update={"status": "running"})
+            try:
+                result = self.score(request)
+                self.jobs[job.job_id] = job.model_copy(update={"status": "done", "result": result})
+            except Exception as error:  # reported as a status, never as a trace
+                logger.error("policy job %s failed: %s", job.job_id, type(error).__name__)
+                self.jobs[job.job_id] = job.model_copy(update={"status": "failed",
+                                                               "error": type(error).__name__})
+
+        self._executor.submit(run)
+        return job
+
+
+# --- the FastAPI app ----------------------------------------------------------------------------------------
+
+def create_api(backend_of: Any) -> FastAPI:
+    """The routes over a backend (``backend_of()`` returns it: in a Serve replica it is set at start). The
+    token's digest and the body limit are read from the backend, so one module-level app serves any config."""
+    api = FastAPI(title="FAR", version="1.0", description="Failure-as-Reward: score agent trajectories and "
+                  "policies with FAR's verifier ensemble.")
+
+    @api.middleware("http")
+    async def guard(request: Request, call_next):
+        backend = backend_of()
+        token_sha256, max_body_bytes = backend.token_sha256, backend.config.max_body_bytes
+        if token_sha256 is not None and request.url.path not in OPEN_PATHS:
+            header = request.headers.get("authorization", "")
+            scheme, _, presented = header.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(presented.strip()),
+                                                                     token_sha256):
+                return JSONResponse({"detail": "missing or invalid bearer token"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
+            return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
+        if request.method in ("POST", "PUT", "PATCH") and length is None:
+            body = await request.body()  # chunked: count what actually arrives
+            if len(body) > max_body_bytes:
+                return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
+        try:
+            return await call_next(request)
+        except Exception as error:  # no stack trace leaves the service
+            request_id = uuid.uuid4().hex[:12]
+            logger.error("request %s %s failed: %s", request_id, request.url.path, type(error).__name__)
+            return JSONResponse({"detail": "internal error", "request_id": request_id}, status_code=500)
+
+    @api.get("/v1/healthz")
+    async def healthz() -> dict[str, Any]:
+        backend = backend_of()
+        return {"status": "ok", "members": list(backend.config.verifier.members),
+                "aggregation": backend.config.verifier.aggregation}
+
+    @api.get("/v1/suites", response_model=list[SuiteInfo])
+    async def suites() -> list[SuiteInfo]:
+        return [SuiteInfo(name=name, spec=spec.model_dump(mode="json"))
+                for name, spec in backend_of().config.suites.items()]
+
+    async def score(items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
+        try:
+            return await backend_of().score(items)
+        except INPUT_ERRORS as error:  # a trajectory that does not fit its scenario is the client's error
+            raise HTTPException(422, f"the trajectory does not fit its scenario: {error}"[:300]) from None
+
+    @api.post("/v1/score/trajectory", response_model=ScoreTrajectoryResponse,
+              responses={422: {"description": "invalid body, or a trajectory that does not fit its scenario"}})
+    async def score_trajectory(body: ScoreTrajectoryRequest) -> ScoreTrajectoryResponse:
+        verdicts = await score([(body.scenario, body.trajectory.to_trajectory())])
+        return verdict_response(verdicts[0])
+
+    @api.post("/v1/score/trajectories", response_model=ScoreTrajectoriesResponse,
+              responses={422: {"description": "invalid body, or a trajectory that does not fit its scenario"}})
+    async def score_trajectories(body: ScoreTrajectoriesRequest) -> ScoreTrajectoriesResponse:
+        verdicts = await score([(item.scenario, item.trajectory.to_trajectory()) for item in body.items])
+        return ScoreTrajectoriesResponse(results=[verdict_response(v) for v in verdicts])
+
+    @api.post("/v1/score/policy", response_model=PolicyScore | JobStatus,
+              responses={202: {"model": JobStatus}, 404: {"description": "unknown suite"}})
+    async def score_policy(body: ScorePolicyRequest):
+        scorer = backend_of().policy_scorer()
+        try:
+            size = await asyncio.to_thread(scorer.size, body)
+        except UnknownSuite:
+            raise HTTPException(404, f"unknown suite {body.suite!r}") from None
+        if size > backend_of().config.sync_limit:
+            job = scorer.submit(body)
+            return JSONResponse(job.model_dump(mode="json"), status_code=202,
+                                headers={"Location": f"/v1/jobs/{job.job_id}"})
+        return await asyncio.to_thread(scorer.score, body)
+
+    @api.get("/v1/jobs/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown job"}})
+    async def job_status(job_id: str) -> JobStatus:
+        job = backend_of().policy_scorer().jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, "unknown job")
+        return job
+
+    return api
+
+
+class LocalBackend:
+    """Everything in this process: the same verifier and routes, no Serve (tests, fuzzing, small uses)."""
+
+    def __init__(self, config: ServeConfig, token: str | None = None, base_dir: Path | None = None) -> None:
+        from search.config import RunConfig, make_verifier
+        from verifiers.taxonomy import parse_reward_table
+
+        self.config = config
+        self.token_sha256 = token_digest(token) if token else None
+        run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
+        self.verifier = make_verifier(run, parse_reward_table(config.rewards))
+        self._scorer = PolicyScorer(config, base_dir)
+
+    async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
+        from verifiers.rules import verify_all
+
+        return verify_all(self.verifier, [s for s, _ in items], [t for _, t in items])
+
+    def policy_scorer(self) -> PolicyScorer:
+        return self._scorer
+
+
+# --- Ray Serve deployments ----------------------------------------------------------------------------------
+
+_BACKEND: Backend | None = None  # set in each ingress replica when it starts
+
+
+def _backend() -> Backend:
+    assert _BACKEND is not None, "the ingress replica has not started"
+    return _BACKEND
+
+
+def set_backend(backend: Backend) -> None:
+    # a module-level function: Serve ships the ingress class by value, whose own ``global`` would land in a
+    # copy of this module's namespace; this function runs in the real one
+    global _BACKEND
+    _BACKEND = backend
+
+
+def build_member(name: str, config: ServeConfig):
+    from rollout.backends import LMOptions, build_lm
+    from verifiers.members import EnvironmentMember, LLMJudgeMember, RuleMember
+    from verifiers.rules import RuleVerifier
+    from verifiers.taxonomy import parse_reward_table
+
+    if name == "rules":
+        return RuleMember(RuleVerifier(parse_reward_table(config.rewards)))
+    if name == "environment":
+        return EnvironmentMember()
+    judge = config.verifier.llm_judge
+    lm = build_lm(LMOptions(engine=judge.engine, model=judge.model, engine_options=judge.engine_options),
+                  cache=config.models.cache)
+    return LLMJudgeMember(lm, max_tokens=judge.max_tokens)
+
+
+@serve.deployment(name="verifier", ray_actor_options={"num_cpus": 0})
+class VerifierDeployment:
+    """One ensemble member; requests are batched (an LLM judge answers a batch in one generate call)."""
+
+    def __init__(self, name: str, config_json: str) -> None:
+        self.member = build_member(name, ServeConfig.model_validate_json(config_json))
+
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.001)
+    async def assess(self, items: list[tuple[Scenario, Trajectory]]) -> list[Any]:
+        return self.member.assess([s for s, _ in items], [t for _, t in items])
+
+
+@serve.deployment(name="ensemble", ray_actor_options={"num_cpus": 0})
+class EnsembleDeployment:
+    """Asks every member at once and combines their assessments (``EnsembleVerifier.combine``)."""
+
+    def __init__(self, config_json: str, *members: Any) -> None:
+        from verifiers.ensemble import EnsembleVerifier
+        from verifiers.rules import RuleVerifier
+        from verifiers.taxonomy import parse_reward_table
+
+        config = ServeConfig.model_validate_json(config_json)
+        self.members = members
+        verifier = config.verifier
+        self.combiner = EnsembleVerifier(RuleVerifier(parse_reward_table(config.rewards)), [],
+                                         verifier.aggregation, verifier.weights, verifier.review_threshold)
+
+    async def score(self, scenario: Scenario, trajectory: Trajectory) -> Verdict:
+        assessments = await asyncio.gather(*(m.assess.remote((scenario, trajectory)) for m in self.members))
+        verdict = self.combiner.combine(trajectory, assessments)
+        breakdown = {k: v for k, v in verdict.breakdown.items() if k != "assessments"}
+        return Verdict(verdict.failures, verdict.successes, verdict.reward, verdict.z, breakdown)
+
+
+class ServeBackend:
+    def __init__(self, config: ServeConfig, ensemble: Any, token_sha256: str | None,
+                 base_dir: Path | None) -> None:
+        self.config = config
+        self.ensemble = ensemble
+        self.token_sha256 = token_sha256
+        self._scorer = PolicyScorer(config, base_dir)
+
+    async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
+        return list(await asyncio.gather(*(self.ensemble.score.remote(s, t) for s, t in items)))
+
+    def policy_scorer(self) -> PolicyScorer:
+        return self._scorer
+
+
+api = create_api(_backend)
+
+
+@serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})
+@serve.ingress(api)
+class Ingress:
+    def __init__(self, config_json: str, ensemble: Any, token_sha256: str | None, base_dir: str | None) -> None:
+        set_backend(ServeBackend(ServeConfig.model_validate_json(config_json), ensemble, token_sha256,
+                                 Path(base_dir) if base_dir else None))
+
+
+def build_app(config: ServeConfig, token: str | None, base_dir: Path | None = None):
+    """The Serve application: verifier deployments -> ensemble -> FastAPI ingress. Only the token's
+    SHA-256 is passed on."""
+    config_json = config.model_dump_json()
+    members = [VerifierDeployment.options(name=f"verifier-{name}", num_replicas=config.replicas)
+               .bind(name, config_json) for name in config.verifier.members]
+    ensemble = EnsembleDeployment.options(num_replicas=config.replicas).bind(config_json, *members)
+    return Ingress.bind(config_json, ensemble, token_digest(token) if token else None,
+                        str(base_dir) if base_dir else None)
+
+
+def app_builder(args: dict[str, Any]):
+    """For ``serve run serve/config.yaml``: ``args: {config: path/to/serve.yaml}``."""
+    import os
+
+    from serve.schemas import load_serve_config
+
+    path = Path(args.get("config", "configs/serve.yaml"))
+    config = load_serve_config(path)
+    token = os.environ.get(config.auth.token_env) or None
+    if config.token_required() and not token:
+        raise RuntimeError(f"{config.host} is not a loopback address: set {config.auth.token_env}")
+    return build_app(config, token if config.token_required() else None, path.resolve().parent)

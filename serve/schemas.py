@@ -1,0 +1,171 @@
+"""Request and response bodies of FAR's REST API (``/v1``), and the service's configuration."""
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rollout.agent import Costs
+from rollout.backends import ModelsConfig
+from rollout.policy import Policy
+from rollout.scenario import Scenario
+from rollout.suites import SuiteSpec
+from rollout.trajectory_io import TrajectoryModel
+from search.gate import GateConfig
+from verifiers.ensemble import EnsembleConfig
+from verifiers.verdict import Z_DIMENSIONS, Verdict
+
+MAX_BATCH = 256
+
+
+class AuthConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    token_env: str = Field("FAR_SERVE_TOKEN", description="environment variable holding the bearer token")
+    require_on_loopback: bool = Field(False, description="also require the token on 127.0.0.1 / ::1")
+
+
+class ServeConfig(BaseModel):
+    """``far serve CONFIG.yaml``: where to listen, the verifier ensemble, and the suites policies are scored on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    auth: AuthConfig = AuthConfig()
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    sync_limit: int = Field(200, ge=0, description="policy scorings over more scenarios run as jobs (202)")
+    verifier: EnsembleConfig = EnsembleConfig(members=("rules", "environment"))
+    rewards: dict[str, Any] | str | None = None
+    costs: Costs = Costs()
+    gate: GateConfig = GateConfig()
+    models: ModelsConfig = ModelsConfig()
+    suites: dict[str, SuiteSpec] = Field(default_factory=lambda: {"edge_cloud": SuiteSpec(name="edge_cloud")})
+    replicas: int = Field(1, ge=1, description="replicas per verifier deployment")
+
+    @model_validator(mode="after")
+    def _names(self) -> "ServeConfig":
+        bad = [name for name in self.suites if not name.replace("_", "").replace("-", "").isalnum()]
+        if bad:
+            raise ValueError(f"suite names must be letters, digits, '-' or '_': {bad}")
+        return self
+
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def token_required(self) -> bool:
+        return not self.loopback() or self.auth.require_on_loopback
+
+
+class ScoreTrajectoryRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    scenario: Scenario
+    trajectory: TrajectoryModel
+
+    @model_validator(mode="after")
+    def _same_scenario(self) -> "ScoreTrajectoryRequest":
+        if self.trajectory.scenario_id != self.scenario.id:
+            raise ValueError(f"trajectory.scenario_id {self.trajectory.scenario_id!r} is not scenario.id "
+                             f"{self.scenario.id!r}")
+        return self
+
+
+class ScoreTrajectoriesRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[ScoreTrajectoryRequest] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class FailureOut(BaseModel):
+    kind: str
+    critical: bool
+    penalty: float
+    step: int
+    node: str
+    cause_step: int
+    cause_node: str
+    decision: str
+    parameter: str | None
+
+
+class ScoreTrajectoryResponse(BaseModel):
+    z: dict[str, float]
+    members: dict[str, dict[str, float | None]]
+    disagreement: dict[str, float]
+    review: bool
+    failures: list[FailureOut]
+    successes: list[str]
+    reward: float
+    critical_failures: int
+
+
+class ScoreTrajectoriesResponse(BaseModel):
+    results: list[ScoreTrajectoryResponse]
+
+
+def verdict_response(verdict: Verdict) -> ScoreTrajectoryResponse:
+    breakdown = verdict.breakdown
+    z = dict(zip(Z_DIMENSIONS, verdict.z))
+    return ScoreTrajectoryResponse(
+        z=z, members=breakdown.get("members", {"rules": z}),
+        disagreement=breakdown.get("disagreement", {d: 0.0 for d in Z_DIMENSIONS}),
+        review=bool(breakdown.get("review", False)),
+        failures=[FailureOut(**f.to_dict()) for f in verdict.failures],
+        successes=[s.value for s in verdict.successes], reward=verdict.reward,
+        critical_failures=verdict.critical_failures,
+    )
+
+
+class ScorePolicyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    policy: Policy
+    suite: str = Field(min_length=1, max_length=100)
+    split: Literal["train", "holdout"] = "holdout"
+    limit: int | None = Field(None, ge=1, le=1_000_000, description="score only the first N scenarios")
+
+
+class PolicyScore(BaseModel):
+    suite: str
+    split: str
+    scenarios: int
+    critical_failures: int
+    reward: float
+    mean_cost: float
+    failure_counts: dict[str, int]
+    z_mean: dict[str, float]
+    gate: dict[str, Any]
+    simulated: bool
+
+
+class JobStatus(BaseModel):
+    job_id: str
+    status: Literal["pending", "running", "done", "failed"]
+    result: PolicyScore | None = None
+    error: str | None = None
+
+
+class SuiteInfo(BaseModel):
+    name: str
+    spec: dict[str, Any]
+
+
+def load_serve_config(path: str | Path) -> ServeConfig:
+    from pydantic import ValidationError
+
+    from rollout.errors import from_validation_error
+    from rollout.io import load_mapping
+
+    raw = load_mapping(path)
+    rewards = raw.get("rewards")
+    if isinstance(rewards, str):  # a path, relative to this file: inline the table
+        table_path = Path(rewards) if Path(rewards).is_absolute() else Path(path).resolve().parent / rewards
+        table = load_mapping(table_path)
+        raw = {**raw, "rewards": table.get("rewards", table)}
+    try:
+        return ServeConfig.model_validate(raw)
+    except ValidationError as error:
+        raise from_validation_error(error, file=path) from None

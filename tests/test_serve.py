@@ -1,0 +1,181 @@
+"""The REST API: in process (routes, validation, security, jobs, fuzzing) and on a real Ray Serve app over HTTP."""
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import settings
+
+from rollout.backends import ModelsConfig, build_models
+from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.policy import Policy
+from rollout.trajectory_io import TrajectoryModel
+from search.evaluate import Evaluator
+from search.remote import HttpVerifier
+from serve.app import LocalBackend, create_api
+from serve.schemas import ServeConfig
+from verifiers.ensemble import EnsembleConfig, build_verifier
+from verifiers.taxonomy import RewardTable
+
+SUITE = {"name": "edge_cloud", "seed": 5, "size": 120}
+CONFIG = ServeConfig(suites={"small": SUITE}, sync_limit=1000, max_body_bytes=200_000,
+                     verifier=EnsembleConfig(members=("rules", "environment"), aggregation="min"),
+                     models=ModelsConfig.model_validate({"cache": {"enabled": False}}))
+TOKEN = "s3cret-token-for-tests"
+POLICY = Policy(cloud_threshold=0.6, max_retries=1, require_confirmation=False, fallback_mode="none")
+
+
+@pytest.fixture(scope="module")
+def rollouts():
+    evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=9)),
+                          build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})),
+                          build_verifier(CONFIG.verifier, RewardTable()))
+    scenarios = list(evaluator.scenarios("train"))
+    return evaluator, scenarios, evaluator.rollouts(POLICY, "train")
+
+
+def client(config: ServeConfig = CONFIG, token: str | None = None) -> TestClient:
+    backend = LocalBackend(config, token)
+    return TestClient(create_api(lambda: backend), raise_server_exceptions=False)
+
+
+def body(scenario, trajectory) -> dict:
+    return {"scenario": scenario.model_dump(mode="json"),
+            "trajectory": TrajectoryModel.from_trajectory(trajectory).model_dump(mode="json")}
+
+
+def test_score_trajectory_matches_the_in_process_ensemble(rollouts):
+    evaluator, scenarios, trajectories = rollouts
+    api = client()
+    expected = evaluator.verifier.verify_many(scenarios[:30], trajectories[:30])
+    for scenario, trajectory, verdict in zip(scenarios[:30], trajectories[:30], expected):
+        response = api.post("/v1/score/trajectory", json=body(scenario, trajectory))
+        assert response.status_code == 200
+        data = response.json()
+        assert data["reward"] == verdict.reward and data["critical_failures"] == verdict.critical_failures
+        assert [f["kind"] for f in data["failures"]] == [f.kind.value for f in verdict.failures]
+        assert [f["parameter"] for f in data["failures"]] == [f.parameter for f in verdict.failures]
+        assert tuple(data["z"].values()) == tuple(verdict.z)
+        assert set(data["members"]) == {"rules", "environment"}
+
+
+def test_validation_errors_are_422_with_field_paths(rollouts):
+    _, scenarios, trajectories = rollouts
+    api = client()
+    good = body(scenarios[0], trajectories[0])
+    bad = {**good, "trajectory": {**good["trajectory"], "outcome": "exploded"}}
+    response = api.post("/v1/score/trajectory", json=bad)
+    assert response.status_code == 422
+    assert ["body", "trajectory", "outcome"] == response.json()["detail"][0]["loc"][:3]
+    mismatched = {**good, "trajectory": {**good["trajectory"], "scenario_id": "other"}}
+    assert api.post("/v1/score/trajectory", json=mismatched).status_code == 422
+    assert api.post("/v1/score/trajectory", content=b"{not json", headers={"content-type": "application/json"}
+                    ).status_code == 422
+
+
+def test_unknown_suite_is_404_and_bodies_over_the_limit_are_413():
+    api = client()
+    response = api.post("/v1/score/policy", json={"policy": {}, "suite": "nope"})
+    assert response.status_code == 404 and "nope" in response.json()["detail"]
+    huge = {"policy": {}, "suite": "small", "pad": "x" * 300_000}
+    assert api.post("/v1/score/policy", json=huge).status_code == 413
+
+
+def test_a_token_is_required_off_loopback_and_only_healthz_is_open():
+    open_config = CONFIG.model_copy(update={"host": "0.0.0.0"})
+    assert open_config.token_required() and not CONFIG.token_required()
+    api = client(open_config, TOKEN)
+    assert api.get("/v1/healthz").status_code == 200
+    assert api.get("/v1/suites").status_code == 401
+    assert api.get("/v1/suites", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert api.get("/v1/suites", headers={"Authorization": f"Basic {TOKEN}"}).status_code == 401
+    response = api.get("/v1/suites", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 200 and response.json()[0]["name"] == "small"
+    assert TOKEN not in response.text
+
+
+def test_internal_errors_carry_no_trace_or_detail(rollouts, caplog):
+    _, scenarios, trajectories = rollouts
+    backend = LocalBackend(CONFIG)
+
+    async def broken(items):
+        raise RuntimeError("secret internal detail")
+
+    backend.score = broken
+    api = TestClient(create_api(lambda: backend), raise_server_exceptions=False)
+    response = api.post("/v1/score/trajectory", json=body(scenarios[0], trajectories[0]))
+    assert response.status_code == 500
+    assert "secret" not in response.text and "Traceback" not in response.text
+    assert set(response.json()) == {"detail", "request_id"}
+    assert "secret internal detail" not in caplog.text and "Traceback" not in caplog.text
+
+
+def test_policy_scoring_sync_and_as_a_job():
+    api = client()
+    sync = api.post("/v1/score/policy", json={"policy": POLICY.model_dump(mode="json"), "suite": "small",
+                                              "split": "train", "limit": 50})
+    assert sync.status_code == 200
+    result = sync.json()
+    assert result["scenarios"] == 50 and "deploy" in result["gate"]
+    jobs = client(CONFIG.model_copy(update={"sync_limit": 10}))
+    accepted = jobs.post("/v1/score/policy", json={"policy": POLICY.model_dump(mode="json"), "suite": "small",
+                                                   "split": "train", "limit": 50})
+    assert accepted.status_code == 202
+    job_id = accepted.json()["job_id"]
+    assert accepted.headers["location"] == f"/v1/jobs/{job_id}"
+    for _ in range(200):
+        status = jobs.get(f"/v1/jobs/{job_id}").json()
+        if status["status"] in ("done", "failed"):
+            break
+        time.sleep(0.05)
+    assert status["status"] == "done"
+    assert status["result"]["critical_failures"] == result["critical_failures"]
+    assert status["result"]["reward"] == result["reward"]
+    assert jobs.get("/v1/jobs/unknown").status_code == 404
+
+
+_fuzz_backend = LocalBackend(CONFIG)
+fuzz_schema = schemathesis.openapi.from_asgi("/openapi.json", create_api(lambda: _fuzz_backend))
+
+
+@fuzz_schema.parametrize()
+@settings(max_examples=25, deadline=None)
+def test_fuzzed_requests_never_get_a_server_error(case):
+    response = case.call()
+    assert response.status_code < 500, response.text
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ray_serve_app_over_http_scores_like_in_process(rollouts, ray_local):
+    from ray import serve
+
+    from serve.app import build_app
+
+    evaluator, scenarios, trajectories = rollouts
+    port = free_port()
+    config = CONFIG.model_copy(update={"port": port, "auth": CONFIG.auth.model_copy(
+        update={"require_on_loopback": True})})
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    try:
+        serve.run(build_app(config, TOKEN), name="far-test", route_prefix="/")
+        import httpx
+
+        base = f"http://127.0.0.1:{port}"
+        assert httpx.get(f"{base}/v1/healthz").status_code == 200
+        assert httpx.post(f"{base}/v1/score/trajectory", json=body(scenarios[0], trajectories[0])).status_code == 401
+        remote = HttpVerifier(base, TOKEN, batch_size=40).verify_many(scenarios[:100], trajectories[:100])
+        local = evaluator.verifier.verify_many(scenarios[:100], trajectories[:100])
+        for r, l in zip(remote, local, strict=True):
+            assert (r.failures, r.successes, r.reward, tuple(r.z)) == (l.failures, l.successes, l.reward, tuple(l.z))
+            assert r.breakdown["members"] == l.breakdown["members"]
+            assert r.breakdown["review"] == l.breakdown["review"]
+    finally:
+        serve.shutdown()
