@@ -82,12 +82,22 @@ def default_actor(backend: str) -> bool:
     return backend == "vllm"  # vLLM is heavy and belongs on its own (GPU) actor; others default in-process
 
 
-class LMOptions(BaseModel):
+class EngineChoice(BaseModel):
+    """Which LM engine, on which weights, hosted where: shared by every config that names an LM."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
-    engine: Literal["transformers", "vllm", "openai"]
+    engine: Literal["transformers", "vllm", "openai"] = "transformers"
     model: str = "smollm2"
     engine_options: dict[str, Any] = Field(default_factory=dict)
     actor: bool = False
+
+    def lm_options(self) -> "LMOptions":
+        return LMOptions(engine=self.engine, model=self.model, engine_options=self.engine_options,
+                         actor=self.actor)
+
+
+class LMOptions(EngineChoice):
+    engine: Literal["transformers", "vllm", "openai"]  # a backend's own options must name it
     cost: float | None = Field(None, ge=0.0)
 
 

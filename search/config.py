@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.agent import Costs
-from rollout.backends import ModelsConfig
+from rollout.backends import EngineChoice, ModelsConfig
 from rollout.errors import FarInputError, from_validation_error
 from rollout.io import load_mapping
 from rollout.policy import Policy, load_policies, parse_named_policies
@@ -46,14 +46,9 @@ class EvolutionSettings(BaseModel):
     crossover_rate: float = Field(0.7, ge=0.0, le=1.0)
 
 
-class ProposerSettings(BaseModel):
+class ProposerSettings(EngineChoice):
     """The LM that proposes policies for ``method: llm`` (any engine, as for the model backends)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    engine: Literal["transformers", "vllm", "openai"] = "transformers"
-    model: str = "smollm2"
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    actor: bool = False
     warmup: int = Field(4, ge=1, description="random policies before the first proposal")
     temperature: float = Field(0.8, ge=0.0)
     max_tokens: int = Field(120, ge=8)
@@ -83,7 +78,7 @@ class SearchConfig(RunConfig):
 def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> Any:
     """The run's verifier: the rule verifier, or the configured ensemble (its LLM judge built like the model
     backends: hosted by ``host``, behind the model-call cache)."""
-    from rollout.backends import LMOptions, build_lm
+    from rollout.backends import build_lm
 
     if config.verifier.endpoint:
         from search.remote import http_verifier
@@ -91,9 +86,7 @@ def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> 
         return http_verifier(config.verifier.endpoint, config.verifier.token_env)
 
     def judge_lm(judge: LLMJudgeConfig):
-        options = LMOptions(engine=judge.engine, model=judge.model, engine_options=judge.engine_options,
-                            actor=judge.actor)
-        return build_lm(options, host, config.models.cache)
+        return build_lm(judge.lm_options(), host, config.models.cache)
 
     return build_verifier(config.verifier, rewards, judge_lm)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import logging
 import threading
 import uuid
@@ -23,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from ray import serve
 
@@ -33,6 +34,7 @@ from serve.schemas import (
     JobStatus, PolicyScore, ScorePolicyRequest, ScoreTrajectoriesRequest, ScoreTrajectoriesResponse,
     ScoreTrajectoryRequest, ScoreTrajectoryResponse, ServeConfig, SuiteInfo, verdict_response,
 )
+from verifiers.rules import verify_all
 from verifiers.verdict import Verdict
 
 logger = logging.getLogger("far.serve")
@@ -110,17 +112,12 @@ class PolicyScorer:
             trajectories = evaluator.rollouts(request.policy, request.split)
         if request.limit:
             scenarios, trajectories = scenarios[:request.limit], trajectories[:request.limit]
-        from verifiers.rules import verify_all
-
         verdicts = verify_all(evaluator.verifier, scenarios, trajectories)
         result = aggregate("api", request.policy, request.split, verdicts, [t.cost for t in trajectories],
                            evaluator.models.simulated, self.config.gate.confidence)
         verdict = gate(result.critical_failures, result.rollouts_with_critical, result.scenarios, result.mean_cost,
                        self.config.gate)
-        return PolicyScore(suite=request.suite, split=request.split, scenarios=result.scenarios,
-                           critical_failures=result.critical_failures, reward=result.reward,
-                           mean_cost=result.mean_cost, failure_counts=result.failure_counts, z_mean=result.z_mean,
-                           gate=verdict.to_dict(), simulated=result.simulated)
+        return PolicyScore(suite=request.suite, result=result, gate=verdict.to_dict())
 
     def submit(self, request: ScorePolicyRequest) -> JobStatus:
         job = JobStatus(job_id=uuid.uuid4().hex, status="pending")
@@ -140,6 +137,73 @@ class PolicyScorer:
         return job
 
 
+class Guard:
+    """Pure ASGI middleware (Starlette's ``BaseHTTPMiddleware`` costs a task and a stream per request): the
+    bearer token, the body size limit (declared or actually received), and a generic 500 for anything
+    unexpected, logged by request id and exception class only."""
+
+    def __init__(self, app: Any, backend_of: Any) -> None:
+        self.app = app
+        self.backend_of = backend_of
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        backend = self.backend_of()
+        limit = backend.config.max_body_bytes
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if backend.token_sha256 is not None and scope["path"] not in OPEN_PATHS:
+            scheme, _, presented = headers.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(presented.strip()),
+                                                                     backend.token_sha256):
+                await _reply(send, 401, {"detail": "missing or invalid bearer token"},
+                             [(b"www-authenticate", b"Bearer")])
+                return
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await _reply(send, 413, {"detail": f"request body over {limit} bytes"})
+            return
+        received = 0
+        started = False
+
+        async def counted_receive() -> dict:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise BodyTooLarge()
+            return message
+
+        async def tracked_send(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except BodyTooLarge:
+            if not started:
+                await _reply(send, 413, {"detail": f"request body over {limit} bytes"})
+        except Exception as error:  # no stack trace leaves the service
+            request_id = uuid.uuid4().hex[:12]
+            logger.error("request %s %s failed: %s", request_id, scope["path"], type(error).__name__)
+            if not started:
+                await _reply(send, 500, {"detail": "internal error", "request_id": request_id})
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+async def _reply(send: Any, status: int, body: dict, headers: list | None = None) -> None:
+    payload = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": payload})
+
+
 # --- the FastAPI app ----------------------------------------------------------------------------------------
 
 def create_api(backend_of: Any) -> FastAPI:
@@ -148,30 +212,7 @@ def create_api(backend_of: Any) -> FastAPI:
     api = FastAPI(title="FAR", version="1.0", description="Failure-as-Reward: score agent trajectories and "
                   "policies with FAR's verifier ensemble.")
 
-    @api.middleware("http")
-    async def guard(request: Request, call_next):
-        backend = backend_of()
-        token_sha256, max_body_bytes = backend.token_sha256, backend.config.max_body_bytes
-        if token_sha256 is not None and request.url.path not in OPEN_PATHS:
-            header = request.headers.get("authorization", "")
-            scheme, _, presented = header.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token_digest(presented.strip()),
-                                                                     token_sha256):
-                return JSONResponse({"detail": "missing or invalid bearer token"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > max_body_bytes):
-            return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
-        if request.method in ("POST", "PUT", "PATCH") and length is None:
-            body = await request.body()  # chunked: count what actually arrives
-            if len(body) > max_body_bytes:
-                return JSONResponse({"detail": f"request body over {max_body_bytes} bytes"}, status_code=413)
-        try:
-            return await call_next(request)
-        except Exception as error:  # no stack trace leaves the service
-            request_id = uuid.uuid4().hex[:12]
-            logger.error("request %s %s failed: %s", request_id, request.url.path, type(error).__name__)
-            return JSONResponse({"detail": "internal error", "request_id": request_id}, status_code=500)
+    api.add_middleware(Guard, backend_of=backend_of)
 
     @api.get("/v1/healthz")
     async def healthz() -> dict[str, Any]:
@@ -240,8 +281,6 @@ class LocalBackend:
         self._scorer = PolicyScorer(config, base_dir)
 
     async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
-        from verifiers.rules import verify_all
-
         return verify_all(self.verifier, [s for s, _ in items], [t for _, t in items])
 
     def policy_scorer(self) -> PolicyScorer:
@@ -266,7 +305,7 @@ def set_backend(backend: Backend) -> None:
 
 
 def build_member(name: str, config: ServeConfig):
-    from rollout.backends import LMOptions, build_lm
+    from rollout.backends import build_lm
     from verifiers.members import EnvironmentMember, LLMJudgeMember, RuleMember
     from verifiers.rules import RuleVerifier
     from verifiers.taxonomy import parse_reward_table
@@ -276,24 +315,23 @@ def build_member(name: str, config: ServeConfig):
     if name == "environment":
         return EnvironmentMember()
     judge = config.verifier.llm_judge
-    lm = build_lm(LMOptions(engine=judge.engine, model=judge.model, engine_options=judge.engine_options),
-                  cache=config.models.cache)
+    # in a Serve replica the judge's engine runs in the replica itself: the deployment is its host
+    lm = build_lm(judge.lm_options().model_copy(update={"actor": False}), cache=config.models.cache)
     return LLMJudgeMember(lm, max_tokens=judge.max_tokens)
 
 
-@serve.deployment(name="verifier", ray_actor_options={"num_cpus": 0})
+@serve.deployment(name="verifier", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 class VerifierDeployment:
     """One ensemble member; requests are batched (an LLM judge answers a batch in one generate call)."""
 
     def __init__(self, name: str, config_json: str) -> None:
         self.member = build_member(name, ServeConfig.model_validate_json(config_json))
 
-    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.001)
     async def assess(self, items: list[tuple[Scenario, Trajectory]]) -> list[Any]:
         return self.member.assess([s for s, _ in items], [t for _, t in items])
 
 
-@serve.deployment(name="ensemble", ray_actor_options={"num_cpus": 0})
+@serve.deployment(name="ensemble", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 class EnsembleDeployment:
     """Asks every member at once and combines their assessments (``EnsembleVerifier.combine``)."""
 
@@ -308,11 +346,14 @@ class EnsembleDeployment:
         self.combiner = EnsembleVerifier(RuleVerifier(parse_reward_table(config.rewards)), [],
                                          verifier.aggregation, verifier.weights, verifier.review_threshold)
 
-    async def score(self, scenario: Scenario, trajectory: Trajectory) -> Verdict:
-        assessments = await asyncio.gather(*(m.assess.remote((scenario, trajectory)) for m in self.members))
-        verdict = self.combiner.combine(trajectory, assessments)
-        breakdown = {k: v for k, v in verdict.breakdown.items() if k != "assessments"}
-        return Verdict(verdict.failures, verdict.successes, verdict.reward, verdict.z, breakdown)
+    async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
+        by_member = await asyncio.gather(*(m.assess.remote(items) for m in self.members))
+        verdicts = []
+        for (_, trajectory), assessments in zip(items, zip(*by_member, strict=True), strict=True):
+            verdict = self.combiner.combine(trajectory, assessments)
+            breakdown = {k: v for k, v in verdict.breakdown.items() if k != "assessments"}
+            verdicts.append(Verdict(verdict.failures, verdict.successes, verdict.reward, verdict.z, breakdown))
+        return verdicts
 
 
 class ServeBackend:
@@ -320,11 +361,22 @@ class ServeBackend:
                  base_dir: Path | None) -> None:
         self.config = config
         self.ensemble = ensemble
+        if ensemble is None:
+            from search.config import RunConfig, make_verifier
+            from verifiers.taxonomy import parse_reward_table
+
+            run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
+            self.local = make_verifier(run, parse_reward_table(config.rewards))
         self.token_sha256 = token_sha256
         self._scorer = PolicyScorer(config, base_dir)
 
     async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
-        return list(await asyncio.gather(*(self.ensemble.score.remote(s, t) for s, t in items)))
+        if self.ensemble is None:  # topology "ingress": the members run in this replica
+            scenarios, trajectories = [s for s, _ in items], [t for _, t in items]
+            if "llm_judge" in self.config.verifier.members:  # slow: keep the event loop free
+                return await asyncio.to_thread(verify_all, self.local, scenarios, trajectories)
+            return verify_all(self.local, scenarios, trajectories)
+        return await self.ensemble.score.remote(items)  # a batch travels as one call to each member
 
     def policy_scorer(self) -> PolicyScorer:
         return self._scorer
@@ -333,7 +385,7 @@ class ServeBackend:
 api = create_api(_backend)
 
 
-@serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})
+@serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
 @serve.ingress(api)
 class Ingress:
     def __init__(self, config_json: str, ensemble: Any, token_sha256: str | None, base_dir: str | None) -> None:
@@ -342,14 +394,17 @@ class Ingress:
 
 
 def build_app(config: ServeConfig, token: str | None, base_dir: Path | None = None):
-    """The Serve application: verifier deployments -> ensemble -> FastAPI ingress. Only the token's
+    """The Serve application: verifier deployments -> ensemble -> FastAPI ingress (``topology:
+    deployments``), or the ensemble inside the ingress replicas (``topology: ingress``). Only the token's
     SHA-256 is passed on."""
     config_json = config.model_dump_json()
+    digest = token_digest(token) if token else None
+    if config.topology == "ingress":
+        return Ingress.bind(config_json, None, digest, str(base_dir) if base_dir else None)
     members = [VerifierDeployment.options(name=f"verifier-{name}", num_replicas=config.replicas)
                .bind(name, config_json) for name in config.verifier.members]
     ensemble = EnsembleDeployment.options(num_replicas=config.replicas).bind(config_json, *members)
-    return Ingress.bind(config_json, ensemble, token_digest(token) if token else None,
-                        str(base_dir) if base_dir else None)
+    return Ingress.bind(config_json, ensemble, digest, str(base_dir) if base_dir else None)
 
 
 def app_builder(args: dict[str, Any]):

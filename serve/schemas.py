@@ -14,8 +14,9 @@ from rollout.scenario import Scenario
 from rollout.suites import SuiteSpec
 from rollout.trajectory_io import TrajectoryModel
 from search.gate import GateConfig
+from search.results import PolicyResult
 from verifiers.ensemble import EnsembleConfig
-from verifiers.verdict import Z_DIMENSIONS, Verdict
+from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict
 
 MAX_BATCH = 256
 
@@ -41,7 +42,10 @@ class ServeConfig(BaseModel):
     gate: GateConfig = GateConfig()
     models: ModelsConfig = ModelsConfig()
     suites: dict[str, SuiteSpec] = Field(default_factory=lambda: {"edge_cloud": SuiteSpec(name="edge_cloud")})
-    replicas: int = Field(1, ge=1, description="replicas per verifier deployment")
+    replicas: int = Field(1, ge=1, description="replicas per deployment")
+    topology: Literal["deployments", "ingress"] = Field(
+        "deployments", description="deployments: one Serve deployment per verifier and one composing them; "
+        "ingress: the ensemble runs inside the ingress replicas (fewer hops; see BENCHMARKS.md)")
 
     @model_validator(mode="after")
     def _names(self) -> "ServeConfig":
@@ -80,24 +84,12 @@ class ScoreTrajectoriesRequest(BaseModel):
     items: list[ScoreTrajectoryRequest] = Field(min_length=1, max_length=MAX_BATCH)
 
 
-class FailureOut(BaseModel):
-    kind: str
-    critical: bool
-    penalty: float
-    step: int
-    node: str
-    cause_step: int
-    cause_node: str
-    decision: str
-    parameter: str | None
-
-
 class ScoreTrajectoryResponse(BaseModel):
     z: dict[str, float]
     members: dict[str, dict[str, float | None]]
     disagreement: dict[str, float]
     review: bool
-    failures: list[FailureOut]
+    failures: list[Failure]  # with attribution: where it showed, the decision behind it, the parameter
     successes: list[str]
     reward: float
     critical_failures: int
@@ -114,7 +106,7 @@ def verdict_response(verdict: Verdict) -> ScoreTrajectoryResponse:
         z=z, members=breakdown.get("members", {"rules": z}),
         disagreement=breakdown.get("disagreement", {d: 0.0 for d in Z_DIMENSIONS}),
         review=bool(breakdown.get("review", False)),
-        failures=[FailureOut(**f.to_dict()) for f in verdict.failures],
+        failures=list(verdict.failures),
         successes=[s.value for s in verdict.successes], reward=verdict.reward,
         critical_failures=verdict.critical_failures,
     )
@@ -130,15 +122,8 @@ class ScorePolicyRequest(BaseModel):
 
 class PolicyScore(BaseModel):
     suite: str
-    split: str
-    scenarios: int
-    critical_failures: int
-    reward: float
-    mean_cost: float
-    failure_counts: dict[str, int]
-    z_mean: dict[str, float]
+    result: PolicyResult  # critical failures, reward, cost, failure counts, z means, reward lost by parameter
     gate: dict[str, Any]
-    simulated: bool
 
 
 class JobStatus(BaseModel):

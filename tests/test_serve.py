@@ -118,8 +118,8 @@ def test_policy_scoring_sync_and_as_a_job():
     sync = api.post("/v1/score/policy", json={"policy": POLICY.model_dump(mode="json"), "suite": "small",
                                               "split": "train", "limit": 50})
     assert sync.status_code == 200
-    result = sync.json()
-    assert result["scenarios"] == 50 and "deploy" in result["gate"]
+    result = sync.json()["result"]
+    assert result["scenarios"] == 50 and "deploy" in sync.json()["gate"]
     jobs = client(CONFIG.model_copy(update={"sync_limit": 10}))
     accepted = jobs.post("/v1/score/policy", json={"policy": POLICY.model_dump(mode="json"), "suite": "small",
                                                    "split": "train", "limit": 50})
@@ -132,8 +132,8 @@ def test_policy_scoring_sync_and_as_a_job():
             break
         time.sleep(0.05)
     assert status["status"] == "done"
-    assert status["result"]["critical_failures"] == result["critical_failures"]
-    assert status["result"]["reward"] == result["reward"]
+    assert status["result"]["result"]["critical_failures"] == result["critical_failures"]
+    assert status["result"]["result"]["reward"] == result["reward"]
     assert jobs.get("/v1/jobs/unknown").status_code == 404
 
 
@@ -154,14 +154,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_ray_serve_app_over_http_scores_like_in_process(rollouts, ray_local):
+@pytest.mark.parametrize("topology", ["deployments", "ingress"])
+def test_ray_serve_app_over_http_scores_like_in_process(rollouts, ray_local, topology):
     from ray import serve
 
     from serve.app import build_app
 
     evaluator, scenarios, trajectories = rollouts
     port = free_port()
-    config = CONFIG.model_copy(update={"port": port, "auth": CONFIG.auth.model_copy(
+    config = CONFIG.model_copy(update={"port": port, "topology": topology, "auth": CONFIG.auth.model_copy(
         update={"require_on_loopback": True})})
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     try:
@@ -179,3 +180,40 @@ def test_ray_serve_app_over_http_scores_like_in_process(rollouts, ray_local):
             assert r.breakdown["review"] == l.breakdown["review"]
     finally:
         serve.shutdown()
+
+
+def test_far_serve_command_serves_until_interrupted(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+    import yaml
+
+    port = free_port()
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"port": port, "suites": {"small": SUITE},
+                                      "models": {"cache": {"enabled": False}}}))
+    env = {**os.environ, "RAY_ADDRESS": "", "FAR_SERVE_TOKEN": ""}
+    env.pop("RAY_ADDRESS")
+    refused = subprocess.run([sys.executable, "-m", "search", "serve", str(config), "--host", "0.0.0.0"],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert refused.returncode == 2 and "FAR_SERVE_TOKEN" in refused.stderr  # no token off loopback: refused
+    process = subprocess.Popen([sys.executable, "-m", "search", "serve", str(config)], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/suites", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/suites").json()[0]["name"] == "small"
+        assert "openapi" in httpx.get(f"http://127.0.0.1:{port}/openapi.json").json()
+        assert "FAR serve: http://127.0.0.1" in process.stdout.readline()  # announced once ready
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+    assert process.returncode == 0

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rollout.backends import EngineChoice
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from verifiers.aggregation import AGGREGATIONS, disagreement
@@ -31,12 +32,7 @@ HARM = (FailureKind.UNSAFE_ACTION_EXECUTED, FailureKind.INJECTION_FOLLOWED)
 MEMBER_NAMES = ("rules", "environment", "llm_judge")
 
 
-class LLMJudgeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    engine: Literal["transformers", "vllm", "openai"] = "transformers"
-    model: str = "smollm2"
-    engine_options: dict[str, Any] = Field(default_factory=dict)
-    actor: bool = False
+class LLMJudgeConfig(EngineChoice):
     max_tokens: int = Field(16, ge=4)
 
 
