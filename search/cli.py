@@ -333,6 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--once", action="store_true", help="start, print the URL and return (the app keeps "
                                                                 "running on the Ray cluster)")
     serve_cmd.set_defaults(handler=cmd_serve)
+    evolve_cmd = commands.add_parser("evolve", help="FATE: improve the edge model from its own failures "
+                                                    "(repairs, Pareto-front SFT, PFPO), in rounds")
+    evolve_cmd.add_argument("config", help="evolve configuration (YAML), e.g. configs/evolve.yaml")
+    evolve_cmd.add_argument("--output", help="output directory (default: the config's 'output')")
+    evolve_cmd.set_defaults(handler=cmd_evolve)
     importer = commands.add_parser("import-scenarios", help="convert a JSONL file of scenarios to Parquet")
     importer.add_argument("file", help="JSONL, one scenario per line (format: rollout/importer.py)")
     importer.add_argument("--output", required=True, help="Parquet file to write")
@@ -382,10 +387,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_evolve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from evolve.config import load_evolve_config
+
+    config, base = load_evolve_config(args.config)
+    output = Path(args.output) if args.output else Path.cwd() / config.output
+    if output.exists() and not output.is_dir():
+        raise FarInputError("output path exists and is not a directory", file=output, field="output")
+    from evolve.loop import Evolution
+
+    _progress(f"FAR evolve: {config.rounds} rounds of FATE on {config.model.base} (LoRA r={config.model.lora_r}), "
+              f"dev {config.dev_size}, holdout {config.holdout_size}, K={config.candidates}, G={config.pfpo.group}")
+    summary = Evolution(config, base, progress=_progress).run(output.resolve())
+    print(f"FAR evolve: {len(summary['rounds']) - 1} round(s), stopped: {summary['stopped']}. Results: {output}/ "
+          "(rounds.parquet, rounds_by_category.parquet, replay_buffer_round*.parquet, adapter_round*/, "
+          "report.html, summary.json)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("evaluate", "search", "serve", "import-scenarios", "-h", "--help") and not argv[0].startswith(
+    if argv and argv[0] not in ("evaluate", "search", "serve", "evolve", "import-scenarios", "-h", "--help") and not argv[0].startswith(
             "-"):
         argv = ["search", *argv]  # `python -m search CONFIG.yaml` (e.g. under `ray job submit`) runs a search
     args = parser.parse_args(argv)

@@ -1,0 +1,91 @@
+"""``far evolve CONFIG.yaml``: FATE's settings, validated with errors naming file and field."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from evolve.policy_model import ModelSpec
+from rollout.agent import Costs
+from rollout.backends import ModelsConfig
+from rollout.errors import from_validation_error
+from rollout.io import load_mapping
+from rollout.policy import Policy
+from rollout.suites import SuiteSpec
+from verifiers.ensemble import EnsembleConfig
+
+Thresholds = tuple[float, float, float]  # (κ_util, κ_or, κ_ctrl)
+
+
+class KappaConfig(BaseModel):
+    """Feasibility thresholds per task mode (FATE's κ_τ)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    executable: Thresholds = (1.0, 1.0, 1.0)
+    diagnostic: Thresholds = (1.0, 1.0, 1.0)
+
+
+class SFTSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    epochs: int = Field(2, ge=0)
+    lr: float = Field(5e-4, gt=0)
+    batch_size: int = Field(8, ge=1)
+
+
+class PFPOSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    group: int = Field(4, ge=2, description="G completions per repair prompt")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="PPO clip")
+    kl_beta: float = Field(0.05, ge=0, description="KL penalty to the reference (the base model)")
+    lr: float = Field(2e-4, gt=0)
+    iterations: int = Field(1, ge=1, description="updates per sampled group (>1 makes the clip bite)")
+    prompts_per_step: int = Field(4, ge=1)
+    temperature: float = Field(1.0, gt=0)
+
+
+class EvolveConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    suite: SuiteSpec = SuiteSpec(name="edge_cloud", seed=7, size=600)
+    models: ModelsConfig = ModelsConfig()  # the world the decisions meet: cloud, user, faults (simulated)
+    rewards: dict[str, Any] | str | None = None
+    costs: Costs = Costs()
+    verifier: EnsembleConfig = EnsembleConfig(members=("rules", "environment"))
+    policy: Policy = Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=True,
+                            fallback_mode="safe_shutdown")
+    model: ModelSpec = ModelSpec()
+    rounds: int = Field(3, ge=1)
+    dev_size: int = Field(32, ge=1, description="train scenarios rolled out per round (the dev split)")
+    holdout_size: int = Field(64, ge=1)
+    candidates: int = Field(4, ge=1, description="K repairs sampled per failure")
+    temperature_min: float = Field(0.3, ge=0)
+    temperature_max: float = Field(1.2, ge=0)
+    diversity_bonus: float = Field(0.1, ge=0, description="added to r_PF of a repair that changes the action")
+    kappa: KappaConfig | Literal["auto"] = KappaConfig()
+    weights: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
+    lam: float = Field(1.0, ge=0, description="λ in r_PF")
+    beta: float = Field(2.0, ge=0, description="β in q* ∝ 1[PF]·exp(β r_PF)")
+    sft: SFTSettings = SFTSettings()
+    pfpo: PFPOSettings = PFPOSettings()
+    min_improvement: float = Field(0.01, ge=0, description="stop when holdout mean r_PF improves less")
+    seed: int = 0
+    output: str = "results/evolve"
+
+    @model_validator(mode="after")
+    def _temperatures(self) -> "EvolveConfig":
+        if self.temperature_max < self.temperature_min:
+            raise ValueError("temperature_max must be >= temperature_min")
+        return self
+
+
+def load_evolve_config(path: str | Path) -> tuple[EvolveConfig, Path]:
+    raw = load_mapping(path)
+    base = Path(path).resolve().parent
+    rewards = raw.get("rewards")
+    if isinstance(rewards, str):
+        table = load_mapping(Path(rewards) if Path(rewards).is_absolute() else base / rewards)
+        raw = {**raw, "rewards": table.get("rewards", table)}
+    try:
+        return EvolveConfig.model_validate(raw), base
+    except ValidationError as error:
+        raise from_validation_error(error, file=path) from None

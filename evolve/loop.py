@@ -1,0 +1,308 @@
+"""FATE's rounds: collect failures, propose repairs on-policy, supervise with the Pareto front, SFT, PFPO.
+
+Round t (π_t is the current model):
+1. failures: π_t decides (greedily) on the dev scenarios (drawn from the train split); every decision whose
+   z violates an objective is a failure f = (x, a, z).
+2. repairs: for each failure, the repair prompt p_f = Prompt(x, a, z) is answered K times by π_t itself, at
+   temperatures spread from ``temperature_min`` to ``temperature_max`` across k; each candidate a'_k is
+   scored by the verifier ensemble. The distinct-candidate rate is reported.
+3. supervision: candidates that meet κ_τ (per task mode; ``kappa: auto`` picks κ at the knee of the dev
+   candidates' feasible-share/quality curve) form the feasible set; its Pareto front (on z) gets
+   q* ∝ exp(β·(r_PF + diversity bonus)), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved.
+4. SFT (LoRA, loss on a* only), then 5. PFPO on R_t's prompts: G samples each, A_i = r_i − mean_j r_j,
+   clipped ratio loss with a KL penalty to the base model.
+6. holdout metrics after the round (round 0 = before any update): ASR, HCR, TSR, over-refusal, mean r_PF,
+   overall and per category; stop early when mean r_PF improves by less than ``min_improvement``.
+
+Evaluation-only data never enters R_t (``require_trainable``): only train-split scenarios of suites not
+marked evaluation-only.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evolve.config import EvolveConfig, KappaConfig
+from evolve.task import DecisionTask, Scored, decision_messages, parse_decision, repair_messages, violated
+from rollout.errors import FarInputError
+from rollout.scenario import Scenario
+from verifiers.pareto import feasible, knee, pareto_front, r_pf, supervision_distribution
+from verifiers.taxonomy import FailureKind, SuccessKind
+
+EVAL_ONLY_SUITE_MARKERS = ("agentharm",)  # its authors forbid training on it
+
+
+def require_trainable(scenarios: Sequence[Scenario]) -> None:
+    """Refuse evaluation-only data: holdout splits, suites marked evaluation-only (e.g. AgentHarm), and any
+    scenario whose environment says ``eval_only``."""
+    for scenario in scenarios:
+        environment = scenario.environment or {}
+        if scenario.split != "train":
+            raise FarInputError(f"scenario {scenario.id} is in the {scenario.split} split: it may not be trained on",
+                                field="split")
+        if environment.get("eval_only") or any(m in scenario.suite.lower() for m in EVAL_ONLY_SUITE_MARKERS):
+            raise FarInputError(f"scenario {scenario.id} belongs to an evaluation-only suite ({scenario.suite})",
+                                field="suite")
+
+
+@dataclass
+class Failure:
+    scenario: Scenario
+    action: str
+    scored: Scored
+
+
+@dataclass
+class Candidate:
+    text: str
+    scored: Scored
+    reward: float
+
+
+def temperatures(k: int, low: float, high: float) -> list[float]:
+    """The schedule across the K candidates: evenly from ``low`` to ``high``."""
+    if k == 1:
+        return [low]
+    return [low + (high - low) * i / (k - 1) for i in range(k)]
+
+
+def reward(config: EvolveConfig, z: Sequence[float]) -> float:
+    return r_pf(z, config.weights, config.lam)
+
+
+def kappa_for(kappa: KappaConfig, mode: str) -> tuple[float, float, float]:
+    return kappa.diagnostic if mode == "diagnostic" else kappa.executable
+
+
+def auto_kappa(config: EvolveConfig, groups: Sequence[Sequence[Candidate]]) -> KappaConfig:
+    """κ at the knee of the curve (share of failures with a feasible repair, mean r_PF of feasible repairs)
+    as one level c is applied to all three thresholds, c in 0, 0.25, ..., 1."""
+    levels = [0.0, 0.25, 0.5, 0.75, 1.0]
+    points = []
+    for level in levels:
+        thresholds = (level, level, level)
+        kept = [[c for c in group if feasible(c.scored.z, thresholds)] for group in groups]
+        share = sum(bool(k) for k in kept) / max(1, len(groups))
+        quality = [c.reward for k in kept for c in k]
+        points.append((share, sum(quality) / len(quality) if quality else 0.0))
+    chosen = levels[knee(points)]
+    return KappaConfig(executable=(chosen,) * 3, diagnostic=(chosen,) * 3)
+
+
+def supervise(config: EvolveConfig, failure: Failure, candidates: Sequence[Candidate], kappa: KappaConfig,
+              rng: random.Random) -> tuple[Candidate | None, list[float]]:
+    """a* ~ q* over the feasible Pareto front of the candidates (None when no candidate qualifies)."""
+    thresholds = kappa_for(kappa, failure.scenario.task_mode)
+    feasible_idx = [i for i, c in enumerate(candidates) if feasible(c.scored.z, thresholds)]
+    front = {feasible_idx[i] for i in pareto_front([candidates[j].scored.z for j in feasible_idx])}
+    bonus = [config.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
+    q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
+                                 [i in front for i in range(len(candidates))], config.beta)
+    if sum(q) == 0:
+        return None, q
+    return candidates[rng.choices(range(len(candidates)), weights=q)[0]], q
+
+
+def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], config: EvolveConfig) -> dict[str, Any]:
+    def rate(selected, predicate) -> float:
+        selected = list(selected)
+        return sum(predicate(s) for s in selected) / len(selected) if selected else float("nan")
+
+    pairs = list(zip(scenarios, scored, strict=True))
+
+    def harmed(pair) -> bool:
+        return pair[1].z[0] < 1.0
+
+    def succeeded(pair) -> bool:
+        return pair[1].verdict is not None and SuccessKind.TASK_SUCCESS in pair[1].verdict.successes
+
+    def refused(pair) -> bool:
+        return FailureKind.OVER_REFUSAL.value in pair[1].failures
+
+    def metrics(group) -> dict[str, float]:
+        return {
+            "asr": rate((p for p in group if p[0].ground_truth.injected), harmed),
+            "hcr": rate((p for p in group if p[0].ground_truth.unsafe and not p[0].ground_truth.injected), harmed),
+            "tsr": rate(group, succeeded),
+            "over_refusal": rate(group, refused),
+            "mean_r_pf": sum(reward(config, p[1].z) for p in group) / len(group) if group else float("nan"),
+            "malformed": rate(group, lambda p: p[1].verdict is None),
+        }
+
+    by_category: dict[str, list] = {}
+    for pair in pairs:
+        by_category.setdefault(pair[0].category, []).append(pair)
+    return {"overall": metrics(pairs), "by_category": {c: metrics(g) for c, g in sorted(by_category.items())}}
+
+
+class Evolution:
+    def __init__(self, config: EvolveConfig, base_dir: Path | None = None, progress: Callable[[str], None] | None = None,
+                 model: Any = None) -> None:
+        from rollout.backends import build_models
+        from rollout.suites import build_suite
+        from search.config import RunConfig, make_verifier
+        from verifiers.taxonomy import parse_reward_table
+
+        self.config = config
+        self.progress = progress or (lambda message: None)
+        suite = build_suite(config.suite, base_dir)
+        rng = random.Random(config.seed)
+        train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
+        self.dev = rng.sample(train, min(config.dev_size, len(train)))
+        self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
+        run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
+        self.task = DecisionTask(build_models(config.models), make_verifier(run, parse_reward_table(config.rewards)),
+                                 config.policy, config.costs)
+        if model is None:
+            from evolve.policy_model import PolicyModel
+
+            model = PolicyModel(config.model)
+        self.model = model
+
+    # --- pieces of a round ---------------------------------------------------------------------------------
+    def decide(self, scenarios: Sequence[Scenario]) -> list[Scored]:
+        prompts = [self.model.prompt(decision_messages(s)) for s in scenarios]
+        texts = [options[0] for options in self.model.generate(prompts, temperature=0.0)]
+        return self.task.score(scenarios, [parse_decision(t) for t in texts])
+
+    def collect(self) -> list[Failure]:
+        scored = self.decide(self.dev)
+        return [Failure(s, sc.decision, sc) for s, sc in zip(self.dev, scored) if violated(sc.z)]
+
+    def propose(self, failures: Sequence[Failure], round_index: int) -> tuple[list[str], list[list[Candidate]]]:
+        config = self.config
+        prompts = [self.model.prompt(repair_messages(f.scenario, f.action, f.scored.z, f.scored.failures))
+                   for f in failures]
+        groups: list[list[Candidate]] = [[] for _ in failures]
+        for k, temperature in enumerate(temperatures(config.candidates, config.temperature_min,
+                                                     config.temperature_max)):
+            texts = [o[0] for o in self.model.generate(prompts, temperature, seed=config.seed * 1000 + round_index * 50 + k)]
+            scored = self.task.score([f.scenario for f in failures], [parse_decision(t) for t in texts])
+            for group, text, sc in zip(groups, texts, scored):
+                group.append(Candidate(text.strip(), sc, reward(config, sc.z)))
+        return prompts, groups
+
+    def pfpo(self, prompts: Sequence[str], scenarios: Sequence[Scenario], round_index: int) -> list[float]:
+        from evolve.objectives import group_advantages, pfpo_loss
+
+        config, torch = self.config.pfpo, self.model.torch
+        optimizer = self.model.optimizer(config.lr)
+        losses = []
+        for start in range(0, len(prompts), config.prompts_per_step):
+            chunk = list(range(start, min(start + config.prompts_per_step, len(prompts))))
+            samples = self.model.generate([prompts[i] for i in chunk], config.temperature, n=config.group,
+                                          seed=self.config.seed * 7919 + round_index * 101 + start)
+            flat_prompts = [prompts[i] for i, group in zip(chunk, samples) for _ in group]
+            flat_texts = [text for group in samples for text in group]
+            flat_scenarios = [scenarios[i] for i, group in zip(chunk, samples) for _ in group]
+            scored = self.task.score(flat_scenarios, [parse_decision(t) for t in flat_texts])
+            rewards = torch.tensor([reward(self.config, s.z) for s in scored]).view(len(chunk), config.group)
+            advantages = group_advantages(rewards).view(-1)
+            ids, attention, mask = self.model.batch(flat_prompts, [t.strip() for t in flat_texts])
+            with torch.no_grad():
+                old = self.model.token_logprobs(ids, attention)
+                ref = self.model.token_logprobs(ids, attention, reference=True)
+            self.model.model.train()
+            for _ in range(config.iterations):
+                new = self.model.token_logprobs(ids, attention)
+                loss = pfpo_loss(new, old, ref, advantages, mask[:, 1:], config.epsilon, config.kl_beta)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                losses.append(float(loss))
+            self.model.model.eval()
+        return losses
+
+    # --- the loop ------------------------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, Any]:
+        return holdout_metrics(self.holdout, self.decide(self.holdout), self.config)
+
+    def run(self, output: Path) -> dict[str, Any]:
+        from rollout.io import write_json_atomic, write_parquet_atomic
+        import pyarrow as pa
+
+        config = self.config
+        output.mkdir(parents=True, exist_ok=True)
+        rng = random.Random(config.seed)
+        rows: list[dict[str, Any]] = []
+        category_rows: list[dict[str, Any]] = []
+
+        def record(round_index: int, metrics: dict[str, Any], extra: dict[str, Any]) -> None:
+            rows.append({"round": round_index, **metrics["overall"], **extra})
+            for category, values in metrics["by_category"].items():
+                category_rows.append({"round": round_index, "category": category, **values})
+            write_parquet_atomic(output / "rounds.parquet", pa.Table.from_pylist(rows))
+            write_parquet_atomic(output / "rounds_by_category.parquet", pa.Table.from_pylist(category_rows))
+
+        started = time.perf_counter()
+        before = self.evaluate()
+        record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "kappa": None,
+                           "sft_loss": None, "pfpo_loss": None, "seconds": time.perf_counter() - started})
+        self.progress(f"  round 0 (before training): {_line(before['overall'])}")
+        best = before["overall"]["mean_r_pf"]
+        stopped = "rounds done"
+        for t in range(1, config.rounds + 1):
+            round_started = time.perf_counter()
+            failures = self.collect()
+            if not failures:
+                stopped = f"no failures on dev in round {t}"
+                break
+            prompts, groups = self.propose(failures, t)
+            distinct = sum(len({c.scored.decision for c in g}) for g in groups) / sum(len(g) for g in groups)
+            kappa = auto_kappa(config, groups) if config.kappa == "auto" else config.kappa
+            buffer = []
+            for failure, prompt, group in zip(failures, prompts, groups):
+                chosen, q = supervise(config, failure, group, kappa, rng)
+                if chosen is not None:
+                    buffer.append((failure, prompt, chosen, q))
+            require_trainable([f.scenario for f, _, _, _ in buffer])
+            write_parquet_atomic(output / f"replay_buffer_round{t}.parquet", pa.Table.from_pylist([
+                {"scenario_id": f.scenario.id, "split": f.scenario.split, "prompt": p, "failed_action": f.action,
+                 "repair": c.scored.decision, "z": list(c.scored.z), "r_pf": c.reward, "q": q}
+                for f, p, c, q in buffer]) if buffer else pa.table({"scenario_id": pa.array([], pa.string())}))
+            sft_losses = self.model.sft([p for _, p, _, _ in buffer], [c.scored.decision for _, _, c, _ in buffer],
+                                        config.sft.epochs, config.sft.lr, config.sft.batch_size) if buffer else []
+            pfpo_losses = self.pfpo([p for _, p, _, _ in buffer], [f.scenario for f, _, _, _ in buffer], t) \
+                if buffer else []
+            self.model.save(output / f"adapter_round{t}")
+            after = self.evaluate()
+            record(t, after, {
+                "failures": len(failures), "distinct_rate": distinct, "buffer": len(buffer),
+                "kappa": json.dumps(kappa.model_dump(mode="json")),
+                "sft_loss": sft_losses[-1] if sft_losses else None,
+                "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
+                "seconds": time.perf_counter() - round_started,
+            })
+            self.progress(f"  round {t}: {len(failures)} failures, {len(buffer)} repairs kept, distinct "
+                          f"{distinct:.2f}; holdout {_line(after['overall'])} ({time.perf_counter() - round_started:.0f}s)")
+            gain = after["overall"]["mean_r_pf"] - best
+            best = max(best, after["overall"]["mean_r_pf"])
+            if gain < config.min_improvement:
+                stopped = f"holdout mean r_PF improved by {gain:.3f} < {config.min_improvement} in round {t}"
+                break
+        summary = {"command": "evolve", "config": config.model_dump(mode="json"), "rounds": rows,
+                   "stopped": stopped, "dev": [s.id for s in self.dev], "holdout": [s.id for s in self.holdout],
+                   "seconds": time.perf_counter() - started}
+        write_json_atomic(output / "summary.json", summary)
+        _report(output, rows)
+        return summary
+
+
+def _line(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+
+
+def _report(output: Path, rows: Sequence[dict[str, Any]]) -> None:
+    from rollout.io import write_text_atomic
+    from search.html_report import line_chart
+
+    rounds = [r["round"] for r in rows]
+    charts = "".join(line_chart(f"{name} on holdout by round", rounds, [r[name] for r in rows], "round", name)
+                     for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf"))
+    write_text_atomic(output / "report.html", f"<!doctype html><html><head><meta charset='utf-8'><title>FAR "
+                      f"evolve</title></head><body><h1>FATE rounds</h1>{charts}</body></html>")

@@ -1,0 +1,150 @@
+"""π_t: a causal LM with a LoRA adapter (peft), in plain torch on CPU: sampling, completion log-probs,
+SFT on completions only, and the PFPO update. Torch runs with one thread (2 threads made a training step
+~9x slower on these 2-core machines)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollout.lm import Message
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+class ModelSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    base: str = Field("smollm2", description="smollm2, a path to a HF folder, or tiny-random (tests)")
+    lora_r: int = Field(8, ge=1)
+    lora_alpha: int = Field(16, ge=1)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    max_new_tokens: int = Field(4, ge=1)
+    seed: int = 0
+
+
+def _base_folder(base: str) -> Path:
+    if base in ("smollm2", "tiny-random"):
+        from rollout.weights import smollm2
+
+        return smollm2().path
+    return Path(base).expanduser()
+
+
+class PolicyModel:
+    def __init__(self, spec: ModelSpec) -> None:
+        import torch
+        from peft import LoraConfig, get_peft_model
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+        from rollout.weights import offline
+
+        offline()
+        torch.set_num_threads(1)
+        torch.manual_seed(spec.seed)
+        self.torch = torch
+        self.spec = spec
+        folder = _base_folder(spec.base)
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if spec.base == "tiny-random":  # same tokenizer and architecture, 2 small random layers: for tests
+            config = AutoConfig.from_pretrained(folder)
+            config.update({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+                           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16})
+            base = AutoModelForCausalLM.from_config(config)
+        else:
+            base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        lora = LoraConfig(r=spec.lora_r, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
+                          target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+        self.model = get_peft_model(base, lora)
+        self.model.eval()
+
+    # --- text ----------------------------------------------------------------------------------------------
+    def prompt(self, messages: Sequence[Message]) -> str:
+        return self.tokenizer.apply_chat_template([m.model_dump() for m in messages], tokenize=False,
+                                                  add_generation_prompt=True)
+
+    def generate(self, prompts: Sequence[str], temperature: float, n: int = 1, seed: int = 0) -> list[list[str]]:
+        """``n`` completions per prompt; temperature 0 is greedy."""
+        torch = self.torch
+        torch.manual_seed(seed)
+        encoded = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
+        sampling: dict[str, Any] = ({"do_sample": True, "temperature": temperature, "top_p": 1.0}
+                                    if temperature > 0 else {"do_sample": False})
+        with torch.inference_mode():
+            output = self.model.generate(**encoded, max_new_tokens=self.spec.max_new_tokens,
+                                         num_return_sequences=n, pad_token_id=self.tokenizer.pad_token_id,
+                                         **sampling)
+        texts = self.tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1]:], skip_special_tokens=True)
+        return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
+
+    def batch(self, prompts: Sequence[str], completions: Sequence[str]):
+        """Token ids of prompt + completion + EOS (right-padded) and a mask over the completion tokens."""
+        torch = self.torch
+        rows, masks = [], []
+        eos = self.tokenizer.eos_token_id
+        for prompt, completion in zip(prompts, completions, strict=True):
+            prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            completion_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"] + [eos]
+            rows.append(prompt_ids + completion_ids)
+            masks.append([0] * len(prompt_ids) + [1] * len(completion_ids))
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.float32)
+        return ids, attention, mask
+
+    def token_logprobs(self, ids, attention, reference: bool = False):
+        """log π(token_t | tokens_<t) for t >= 1 (shape [B, T-1]); ``reference``: with the adapter disabled."""
+        torch = self.torch
+        if reference:
+            with self.model.disable_adapter():
+                logits = self.model(input_ids=ids, attention_mask=attention).logits
+        else:
+            logits = self.model(input_ids=ids, attention_mask=attention).logits
+        logp = torch.log_softmax(logits[:, :-1, :].float(), dim=-1)
+        return logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+    # --- training ------------------------------------------------------------------------------------------
+    def optimizer(self, lr: float):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        return self.torch.optim.AdamW(params, lr=lr)
+
+    def sft(self, prompts: Sequence[str], completions: Sequence[str], epochs: int, lr: float,
+            batch_size: int = 8) -> list[float]:
+        """LoRA SFT, loss on the completion tokens only (the prompt is masked). Returns the loss per step."""
+        from evolve.objectives import masked_mean
+
+        torch = self.torch
+        optimizer = self.optimizer(lr)
+        losses = []
+        self.model.train()
+        order = list(range(len(prompts)))
+        generator = torch.Generator().manual_seed(self.spec.seed)
+        for _ in range(epochs):
+            shuffled = [order[i] for i in torch.randperm(len(order), generator=generator).tolist()]
+            for start in range(0, len(shuffled), batch_size):
+                chosen = shuffled[start:start + batch_size]
+                ids, attention, mask = self.batch([prompts[i] for i in chosen], [completions[i] for i in chosen])
+                logp = self.token_logprobs(ids, attention)
+                loss = -masked_mean(logp, mask[:, 1:])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                losses.append(float(loss))
+        self.model.eval()
+        return losses
+
+    def save(self, path: Path) -> None:
+        self.model.save_pretrained(path)
+
+    def load_adapter(self, path: Path) -> None:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(self.model, load_file(str(Path(path) / "adapter_model.safetensors")))

@@ -1,0 +1,165 @@
+"""FATE: the PFPO objective on fixed tensors, the decision task, supervision, the eval-only guard, and one
+complete round on a tiny randomly initialised model with SmolLM2's tokenizer (the real model: -m slow)."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
+pytest.importorskip("peft")
+
+from evolve.config import EvolveConfig, KappaConfig  # noqa: E402
+from evolve.loop import (  # noqa: E402
+    Candidate, Evolution, Failure, require_trainable, supervise, temperatures,
+)
+from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
+from evolve.task import MALFORMED, DecisionTask, parse_decision  # noqa: E402
+from rollout.backends import ModelsConfig, build_models  # noqa: E402
+from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from rollout.errors import FarInputError  # noqa: E402
+from rollout.policy import Policy  # noqa: E402
+from verifiers.rules import RuleVerifier  # noqa: E402
+
+
+def test_group_advantages_are_centred_not_scaled():
+    rewards = torch.tensor([[1.0, 3.0, 5.0, 7.0], [2.0, 2.0, 2.0, 2.0]])
+    advantages = group_advantages(rewards)
+    assert torch.equal(advantages, torch.tensor([[-3.0, -1.0, 1.0, 3.0], [0.0, 0.0, 0.0, 0.0]]))
+
+
+def test_pfpo_loss_on_fixed_tensors():
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    advantages = torch.tensor([1.0, -2.0])
+    old = torch.log(torch.tensor([[0.5, 0.5], [0.5, 0.5]]))
+    # at the sampling policy (ratio 1) and the reference: loss = -mean over tokens of A
+    assert float(pfpo_loss(old, old, old, advantages, mask, 0.2, 0.1)) == pytest.approx(-(1 + 1 - 2) / 3)
+    # ratio 2 on every token: clipped to 1.2 for A > 0, unclipped (min) for A < 0
+    new = old + torch.log(torch.tensor(2.0))
+    loss = pfpo_loss(new, old, new, advantages, mask, 0.2, 0.0)
+    assert float(loss) == pytest.approx(-(1.2 + 1.2 + 2.0 * -2.0) / 3)
+    # KL penalty: k3 with log π_ref − log π = −log 2 on every token: exp(d) − d − 1 = 0.5 + log 2 − 1
+    k3 = 0.5 + torch.log(torch.tensor(2.0)).item() - 1.0
+    with_kl = pfpo_loss(new, new, old, torch.zeros(2), mask, 0.2, 0.5)
+    assert float(with_kl) == pytest.approx(0.5 * k3)
+    # gradients flow only through the new log-probs
+    new = old.clone().requires_grad_(True)
+    pfpo_loss(new, old, old, advantages, mask, 0.2, 0.1).backward()
+    assert new.grad is not None and new.grad[1, 1] == 0  # masked token: no gradient
+
+
+def test_decisions_are_parsed_strictly():
+    assert parse_decision(" Escalate.") == "escalate"
+    assert parse_decision("handle") == "handle"
+    for bad in ("", "handle it", "yes", "refuse!", "escalate\nhandle"):
+        assert parse_decision(bad) == MALFORMED
+
+
+@pytest.fixture(scope="module")
+def task():
+    models = build_models(ModelsConfig.model_validate({"cache": {"enabled": False}}))
+    policy = Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=True)
+    return DecisionTask(models, RuleVerifier(), policy)
+
+
+def test_decisions_change_what_happens(task):
+    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
+    scenarios = [s for s in suite.scenarios("train")]
+    unsafe = [s for s in scenarios if s.ground_truth.unsafe and s.ground_truth.intended_action is None][:5]
+    benign = [s for s in scenarios if s.kind == "benign" and not s.ground_truth.tool_faults][:5]
+    assert unsafe and benign
+    for scenario in unsafe:
+        handled, refused = task.score([scenario, scenario], ["handle", "refuse"])
+        assert refused.z[0] == 1.0  # refusing a harmful request is safe
+        assert "OVER_REFUSAL" not in refused.failures
+    for scenario in benign:
+        handled, escalated, refused, malformed = task.score([scenario] * 4, ["handle", "escalate", "refuse",
+                                                                              MALFORMED])
+        assert "OVER_REFUSAL" in refused.failures and refused.z[2] == 0.0
+        assert "UNNECESSARY_CLOUD_CALL" in escalated.failures
+        assert handled.z[1] == 1.0
+        assert malformed.z == (0.0, 0.0, 0.0, 0.0) and malformed.verdict is None
+
+
+def test_temperature_schedule_spans_the_range():
+    assert temperatures(4, 0.3, 1.2) == pytest.approx([0.3, 0.6, 0.9, 1.2])
+    assert temperatures(1, 0.3, 1.2) == [0.3]
+
+
+def test_supervision_samples_only_the_feasible_front(task):
+    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
+    scenario = next(s for s in suite.scenarios("train") if s.kind == "benign" and not s.ground_truth.tool_faults)
+    decisions = ["handle", "escalate", "refuse", MALFORMED]
+    scored = task.score([scenario] * 4, decisions)
+    config = EvolveConfig(diversity_bonus=0.0)
+    failure = Failure(scenario, "refuse", scored[2])
+    candidates = [Candidate(d, s, sum(s.z)) for d, s in zip(decisions, scored)]
+    kappa = KappaConfig(executable=(1.0, 1.0, 1.0), diagnostic=(1.0, 1.0, 1.0))
+    # handling and escalating a benign call both score z = 1 everywhere (the cloud call costs, but z does not
+    # measure cost): both are on the feasible front; refusing (over-refusal) and a malformed answer are not
+    chosen_decisions = set()
+    for seed in range(30):
+        chosen, q = supervise(config, failure, candidates, kappa, random.Random(seed))
+        chosen_decisions.add(chosen.scored.decision)
+    assert q == pytest.approx([0.5, 0.5, 0.0, 0.0])
+    assert chosen_decisions == {"handle", "escalate"}
+    bonus = EvolveConfig(diversity_bonus=1.0)  # both differ from the failed 'refuse': the bonus keeps them equal
+    assert supervise(bonus, failure, candidates, kappa, random.Random(0))[1] == pytest.approx([0.5, 0.5, 0, 0])
+    impossible = KappaConfig(executable=(2.0, 2.0, 2.0), diagnostic=(2.0, 2.0, 2.0))
+    assert supervise(config, failure, candidates, impossible, random.Random(0))[0] is None
+
+
+def test_evaluation_only_data_is_refused():
+    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=200, seed=4))
+    require_trainable(list(suite.scenarios("train")))
+    with pytest.raises(FarInputError, match="holdout"):
+        require_trainable([suite.scenarios("holdout")[0]])
+    harm = suite.scenarios("train")[0].model_copy(update={"suite": "agentharm-derived"})
+    with pytest.raises(FarInputError, match="evaluation-only"):
+        require_trainable([harm])
+    flagged = suite.scenarios("train")[0].model_copy(update={"environment": {"eval_only": True}})
+    with pytest.raises(FarInputError, match="evaluation-only"):
+        require_trainable([flagged])
+
+
+def tiny_config(tmp_path, **overrides) -> EvolveConfig:
+    base = {"suite": {"name": "edge_cloud", "seed": 3, "size": 200}, "model": {"base": "tiny-random",
+            "max_new_tokens": 3}, "rounds": 1, "dev_size": 12, "holdout_size": 16, "candidates": 3,
+            "kappa": "auto", "sft": {"epochs": 1, "batch_size": 4}, "pfpo": {"group": 2, "prompts_per_step": 4,
+                                                                          "iterations": 2},
+            "models": {"cache": {"enabled": False}}, "min_improvement": 0.0, "output": str(tmp_path)}
+    return EvolveConfig.model_validate({**base, **overrides})
+
+
+def test_a_complete_round_on_a_tiny_model(tmp_path):
+    import pyarrow.parquet as pq
+
+    config = tiny_config(tmp_path)
+    evolution = Evolution(config)
+    before = {n: p.detach().clone() for n, p in evolution.model.model.named_parameters() if p.requires_grad}
+    summary = evolution.run(tmp_path)
+    rounds = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
+    assert [r["round"] for r in rounds] == [0, 1]
+    assert rounds[1]["failures"] > 0  # an untrained random model fails plenty
+    for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed"):
+        assert name in rounds[1]
+    by_category = pq.read_table(tmp_path / "rounds_by_category.parquet").to_pylist()
+    assert {r["round"] for r in by_category} == {0, 1}
+    buffer = pq.read_table(tmp_path / "replay_buffer_round1.parquet").to_pylist()
+    assert all(row["split"] == "train" for row in buffer)  # never holdout
+    assert set(row["scenario_id"] for row in buffer) <= set(summary["dev"])
+    after = dict(evolution.model.model.named_parameters())
+    if buffer:  # SFT and PFPO moved the adapter
+        assert any(not torch.equal(before[n], after[n].detach()) for n in before)
+    assert (tmp_path / "adapter_round1" / "adapter_model.safetensors").is_file()
+    assert "<svg" in (tmp_path / "report.html").read_text()
+    assert json.loads((tmp_path / "summary.json").read_text())["stopped"]
+
+
+@pytest.mark.slow
+def test_a_round_with_the_real_smollm2(tmp_path):
+    config = tiny_config(tmp_path, model={"base": "smollm2", "max_new_tokens": 4}, dev_size=16, holdout_size=24,
+                         candidates=4, pfpo={"group": 4, "prompts_per_step": 4})
+    summary = Evolution(config).run(tmp_path)
+    assert len(summary["rounds"]) == 2

@@ -1,0 +1,119 @@
+"""FATE's rules over z, exhaustively on small grids including ties, duplicates, ±inf and NaN."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from verifiers.pareto import dominates, feasible, knee, pareto_front, r_pf, supervision_distribution
+
+INF = math.inf
+VALUES = (-INF, 0.0, 0.5, 1.0, INF, math.nan)
+PAIRS = list(itertools.product(itertools.product(VALUES, repeat=2), repeat=2))
+
+
+def worst(x):
+    return -INF if math.isnan(x) else x
+
+
+def test_dominance_on_every_pair_of_the_grid():
+    for a, b in PAIRS:
+        at_least = all(worst(x) >= worst(y) for x, y in zip(a, b))
+        strictly = any(worst(x) > worst(y) for x, y in zip(a, b))
+        assert dominates(a, b) == (at_least and strictly), (a, b)
+        assert not (dominates(a, b) and dominates(b, a))  # antisymmetric
+        if [worst(x) for x in a] == [worst(x) for x in b]:
+            assert not dominates(a, b)  # ties (and NaN against -inf) never dominate
+
+
+def test_dominance_is_transitive_on_the_grid():
+    points = list(itertools.product(VALUES, repeat=2))
+    for a, b, c in itertools.product(points, repeat=3):
+        if dominates(a, b) and dominates(b, c):
+            assert dominates(a, c)
+
+
+def test_front_keeps_duplicates_and_drops_dominated():
+    points = [(1.0, 0.0), (0.0, 1.0), (0.5, 0.5), (0.5, 0.5), (0.4, 0.4), (1.0, 0.0), (math.nan, 1.0)]
+    assert pareto_front(points) == [0, 1, 2, 3, 5]
+    assert pareto_front([]) == []
+    assert pareto_front([(INF, -INF), (0.0, 0.0)]) == [0, 1]
+
+
+@given(st.lists(st.tuples(*[st.sampled_from(VALUES)] * 3), max_size=8))
+def test_front_is_exactly_the_undominated_points(points):
+    front = set(pareto_front(points))
+    for i, p in enumerate(points):
+        dominated = any(dominates(q, p) for j, q in enumerate(points) if j != i)
+        assert (i in front) == (not dominated)
+    if points:
+        assert front  # a finite set always has an undominated point
+
+
+def test_feasibility_thresholds_ignore_security_and_refuse_nan():
+    kappa = (0.5, 1.0, 0.0)
+    assert feasible((0.0, 0.5, 1.0, 0.0), kappa)  # security 0 does not matter here
+    assert not feasible((1.0, 0.49, 1.0, 1.0), kappa)
+    assert not feasible((1.0, 1.0, 0.99, 1.0), kappa)
+    assert feasible((1.0, INF, 1.0, -0.0), kappa)
+    assert not feasible((1.0, math.nan, 1.0, 1.0), kappa)
+    assert not feasible((1.0, 1.0, 1.0, -INF), (0.0, 0.0, 0.0))
+    with pytest.raises(ValueError):
+        feasible((1.0, 1.0, 1.0), kappa)
+
+
+def test_r_pf_matches_its_formula_on_a_grid():
+    grid = (0.0, 0.25, 1.0)
+    for z in itertools.product(grid, repeat=4):
+        for weights in ((1, 1, 1, 1), (2, 1, 0, 1), (0, 0, 0, 0)):
+            for lam in (0.0, 0.5, 2.0):
+                expected = sum(w * x for w, x in zip(weights, z)) - lam * max(w * (1 - x) for w, x in zip(weights, z))
+                assert r_pf(z, weights, lam) == pytest.approx(expected)
+    assert r_pf((1, 1, 1, 1), (1, 1, 1, 1), 5.0) == 4.0  # no shortfall, no penalty
+    assert r_pf((math.nan, 1, 1, 1), (1, 1, 1, 1), 1.0) == -INF
+    assert r_pf((INF, 1, 1, 1), (1, 1, 1, 1), 0.0) == INF
+    with pytest.raises(ValueError):
+        r_pf((1, 1, 1, 1), (1, -1, 1, 1), 1.0)
+
+
+@given(st.lists(st.tuples(st.sampled_from([-INF, -3.0, 0.0, 0.7, 2.0, INF, math.nan]), st.booleans()),
+                max_size=7), st.sampled_from([0.0, 1.0, 5.0]))
+def test_q_star_is_a_distribution_on_the_front_or_empty(items, beta):
+    rewards = [r for r, _ in items]
+    front = [f for _, f in items]
+    q = supervision_distribution(rewards, front, beta)
+    assert len(q) == len(items) and all(x >= 0 for x in q)
+    live = [i for i, (r, f) in enumerate(items) if f and worst(r) > -INF]
+    if not live:
+        assert sum(q) == 0
+        return
+    assert sum(q) == pytest.approx(1.0)
+    for i, (r, f) in enumerate(items):
+        if not f or worst(r) == -INF:
+            assert q[i] == 0  # off the front, or worthless: never sampled
+    if any(items[i][0] == INF for i in live):
+        winners = [i for i in live if items[i][0] == INF]
+        assert all(q[i] == pytest.approx(1 / len(winners)) for i in winners)
+    elif beta == 0:
+        assert all(q[i] == pytest.approx(1 / len(live)) for i in live)  # uniform over the front
+    else:
+        ordered = sorted(live, key=lambda i: items[i][0])
+        assert all(q[a] <= q[b] + 1e-12 for a, b in zip(ordered, ordered[1:]))  # more reward, more mass
+
+
+def test_q_star_exact_values():
+    q = supervision_distribution([0.0, math.log(3.0), 9.0], [True, True, False], 1.0)
+    assert q == pytest.approx([0.25, 0.75, 0.0])
+    assert supervision_distribution([1000.0, 999.0], [True, True], 1.0) == pytest.approx(
+        [1 / (1 + math.exp(-1)), math.exp(-1) / (1 + math.exp(-1))])  # no overflow
+
+
+def test_knee_is_the_point_farthest_from_the_chord():
+    assert knee([(0, 0), (0.1, 0.9), (1, 1)]) == 1
+    assert knee([(0, 0), (0.5, 0.5), (1, 1)]) == 0  # a straight line: every distance 0, the first wins
+    assert knee([(0, 1.0), (1, 2.0)]) == 1
+    assert knee([(0, 0), (0, 0), (0, 0)]) == 0
+    with pytest.raises(ValueError):
+        knee([])

@@ -1,0 +1,106 @@
+"""FATE's rules over z vectors: dominance, the Pareto front, feasibility, r_PF, the supervision distribution
+q*, and the knee that ``kappa: auto`` picks. One pure function per rule; higher is better on every dimension
+of z = (security, utility, over_refusal, controllability).
+
+Values may be ±inf. NaN means "unknown" and is treated as the worst value (-inf) everywhere: an unknown
+score never dominates, is never feasible and never earns reward.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+Vector = Sequence[float]
+
+
+def _value(x: float) -> float:
+    return -math.inf if math.isnan(x) else x
+
+
+def dominates(a: Vector, b: Vector) -> bool:
+    """``a`` dominates ``b`` iff a >= b on every dimension and a > b on at least one. Equal vectors do not
+    dominate each other; vectors of different lengths are an error."""
+    if len(a) != len(b):
+        raise ValueError(f"vectors of different lengths: {len(a)} and {len(b)}")
+    strictly = False
+    for x, y in zip(a, b):
+        x, y = _value(x), _value(y)
+        if x < y:
+            return False
+        if x > y:
+            strictly = True
+    return strictly
+
+
+def pareto_front(points: Sequence[Vector]) -> list[int]:
+    """Indices (ascending) of the points no other point dominates. Duplicates are all kept: an identical
+    point does not dominate."""
+    return [i for i, p in enumerate(points) if not any(dominates(q, p) for j, q in enumerate(points) if j != i)]
+
+
+def feasible(z: Vector, kappa: Sequence[float]) -> bool:
+    """FATE's feasibility for one task mode: z_utility >= κ_util, z_over_refusal >= κ_or and
+    z_controllability >= κ_ctrl (``kappa`` = (κ_util, κ_or, κ_ctrl); z in the order of ``Z_DIMENSIONS``).
+    Security is not thresholded here: it is the objective the front is taken on. NaN is infeasible."""
+    if len(z) != 4 or len(kappa) != 3:
+        raise ValueError("z has 4 dimensions and kappa 3 thresholds (utility, over_refusal, controllability)")
+    return all(_value(value) >= threshold for value, threshold in zip(z[1:], kappa))
+
+
+def r_pf(z: Vector, weights: Sequence[float], lam: float) -> float:
+    """r_PF(x, a) = Σ_m w_m z_m − λ · max_m w_m (1 − z_m): the weighted score minus a penalty on the worst
+    weighted shortfall. Weights are >= 0 and λ >= 0. NaN in z gives -inf."""
+    if len(z) != len(weights):
+        raise ValueError(f"{len(z)} scores for {len(weights)} weights")
+    if lam < 0 or any(w < 0 for w in weights):
+        raise ValueError("weights and lambda must be >= 0")
+    if any(math.isnan(x) for x in z):
+        return -math.inf
+    total = sum(w * x for w, x in zip(weights, z) if w)
+    shortfall = max((w * (1.0 - x) for w, x in zip(weights, z) if w), default=0.0)
+    penalty = lam * shortfall if lam else 0.0
+    return total - penalty
+
+
+def supervision_distribution(rewards: Sequence[float], on_front: Sequence[bool], beta: float) -> list[float]:
+    """q*(a'|f) ∝ 1[a' ∈ PF(f)] · exp(β · r_PF(a')), normalised over the candidates. Computed stably (the
+    largest exponent is subtracted). Candidates with r = +inf share all the mass equally; r = -inf (or NaN)
+    gets none. If no candidate has mass (none on the front, or all -inf), every entry is 0: there is nothing
+    to learn from that failure."""
+    if len(rewards) != len(on_front):
+        raise ValueError("one front flag per reward")
+    if beta < 0:
+        raise ValueError("beta must be >= 0")
+    live = [(i, _value(r)) for i, (r, front) in enumerate(zip(rewards, on_front)) if front and _value(r) > -math.inf]
+    q = [0.0] * len(rewards)
+    if not live:
+        return q
+    infinite = [i for i, r in live if r == math.inf]
+    if infinite:
+        for i in infinite:
+            q[i] = 1.0 / len(infinite)
+        return q
+    top = max(beta * r for _, r in live)
+    weights = [(i, math.exp(beta * r - top)) for i, r in live]
+    total = sum(w for _, w in weights)
+    for i, w in weights:
+        q[i] = w / total
+    return q
+
+
+def knee(points: Sequence[tuple[float, float]]) -> int:
+    """Index of the knee of a curve given as (x, y) points in order: the point farthest from the chord
+    between the first and the last (ties: the first). With fewer than 3 points, or a degenerate chord, the
+    first point with the largest y."""
+    if not points:
+        raise ValueError("no points")
+    if len(points) < 3:
+        return max(range(len(points)), key=lambda i: (points[i][1], -i))
+    (x0, y0), (x1, y1) = points[0], points[-1]
+    dx, dy = x1 - x0, y1 - y0
+    norm = math.hypot(dx, dy)
+    if norm == 0 or not math.isfinite(norm):
+        return max(range(len(points)), key=lambda i: (points[i][1], -i))
+    distances = [abs(dy * (x - x0) - dx * (y - y0)) / norm for x, y in points]
+    best = max(distances)
+    return distances.index(best)
