@@ -39,6 +39,7 @@ bench: install-models
 	$(BIN)/python bench/bench_search.py
 	$(BIN)/python bench/bench_agentdojo.py
 	$(BIN)/python bench/bench_serve.py
+	$(BIN)/python bench/bench_evolve.py
 
 clean:
 	rm -rf $(VENV) results bench/out .pytest_cache .hypothesis

@@ -205,12 +205,12 @@ class Evolution:
             advantages = group_advantages(rewards).view(-1)
             ids, attention, mask = self.model.batch(flat_prompts, [t.strip() for t in flat_texts])
             with torch.no_grad():
-                old = self.model.token_logprobs(ids, attention)
-                ref = self.model.token_logprobs(ids, attention, reference=True)
+                old, completion_mask = self.model.token_logprobs(ids, attention, mask)
+                ref, _ = self.model.token_logprobs(ids, attention, mask, reference=True)
             self.model.model.train()
             for _ in range(config.iterations):
-                new = self.model.token_logprobs(ids, attention)
-                loss = pfpo_loss(new, old, ref, advantages, mask[:, 1:], config.epsilon, config.kl_beta)
+                new, _ = self.model.token_logprobs(ids, attention, mask)
+                loss = pfpo_loss(new, old, ref, advantages, completion_mask, config.epsilon, config.kl_beta)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

@@ -83,7 +83,8 @@ class PolicyModel:
         return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def batch(self, prompts: Sequence[str], completions: Sequence[str]):
-        """Token ids of prompt + completion + EOS (right-padded) and a mask over the completion tokens."""
+        """Token ids of prompt + completion + EOS, left-padded so every completion ends at the last position,
+        the attention mask, and a mask over the completion tokens (all [B, T])."""
         torch = self.torch
         rows, masks = [], []
         eos = self.tokenizer.eos_token_id
@@ -94,21 +95,27 @@ class PolicyModel:
             masks.append([0] * len(prompt_ids) + [1] * len(completion_ids))
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
-        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
-        mask = torch.tensor([m + [0] * (width - len(m)) for m in masks], dtype=torch.float32)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+        mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32)
         return ids, attention, mask
 
-    def token_logprobs(self, ids, attention, reference: bool = False):
-        """log π(token_t | tokens_<t) for t >= 1 (shape [B, T-1]); ``reference``: with the adapter disabled."""
+    def token_logprobs(self, ids, attention, mask, reference: bool = False):
+        """log π(token | prefix) over the last ``k`` positions, where k covers every completion token (shape
+        [B, k]), and the completion mask cut to match. Only those positions' logits are computed: the full
+        vocabulary at every prompt position would cost gigabytes for nothing."""
         torch = self.torch
+        k = int(mask.sum(dim=1).max())
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # left padding: count positions from each start
+        arguments = {"input_ids": ids, "attention_mask": attention, "position_ids": positions,
+                     "logits_to_keep": k + 1}
         if reference:
             with self.model.disable_adapter():
-                logits = self.model(input_ids=ids, attention_mask=attention).logits
+                logits = self.model(**arguments).logits
         else:
-            logits = self.model(input_ids=ids, attention_mask=attention).logits
+            logits = self.model(**arguments).logits
         logp = torch.log_softmax(logits[:, :-1, :].float(), dim=-1)
-        return logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        return logp.gather(-1, ids[:, -k:].unsqueeze(-1)).squeeze(-1), mask[:, -k:]
 
     # --- training ------------------------------------------------------------------------------------------
     def optimizer(self, lr: float):
@@ -131,8 +138,8 @@ class PolicyModel:
             for start in range(0, len(shuffled), batch_size):
                 chosen = shuffled[start:start + batch_size]
                 ids, attention, mask = self.batch([prompts[i] for i in chosen], [completions[i] for i in chosen])
-                logp = self.token_logprobs(ids, attention)
-                loss = -masked_mean(logp, mask[:, 1:])
+                logp, completion_mask = self.token_logprobs(ids, attention, mask)
+                loss = -masked_mean(logp, completion_mask)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

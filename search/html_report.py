@@ -71,12 +71,10 @@ def bar_chart(title: str, items: Sequence[tuple[str, float]]) -> str:
 
 
 def pareto_front(points: Sequence[tuple[float, float, str]]) -> set[int]:
-    """Indices not dominated in (lower cost, higher reward)."""
-    front = set()
-    for i, (cost, reward, _) in enumerate(points):
-        if not any((c <= cost and r >= reward) and (c < cost or r > reward) for c, r, _ in points):
-            front.add(i)
-    return front
+    """Indices not dominated in (lower cost, higher reward): ``verifiers.pareto``'s rule on (−cost, reward)."""
+    from verifiers.pareto import pareto_front as front
+
+    return set(front([(-cost, reward) for cost, reward, _ in points]))
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

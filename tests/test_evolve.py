@@ -163,3 +163,31 @@ def test_a_round_with_the_real_smollm2(tmp_path):
                          candidates=4, pfpo={"group": 4, "prompts_per_step": 4})
     summary = Evolution(config).run(tmp_path)
     assert len(summary["rounds"]) == 2
+
+
+def test_completion_logprobs_match_a_full_forward_pass():
+    # only the completion positions' logits are computed (left padding, position ids from the mask); they
+    # must equal what a plain forward pass over each unpadded sequence gives
+    from evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random"))
+    prompts = [model.prompt(decision_messages_for("a short request")),
+               model.prompt(decision_messages_for("a much longer request " * 5))]
+    completions = ["handle", "escalate now"]
+    ids, attention, mask = model.batch(prompts, completions)
+    logp, completion_mask = model.token_logprobs(ids, attention, mask)
+    for row in range(2):
+        real = attention[row].bool()
+        single = ids[row][real].unsqueeze(0)
+        with torch.no_grad():
+            full = torch.log_softmax(model.model(input_ids=single).logits[0, :-1].float(), dim=-1)
+        targets = single[0, 1:]
+        expected = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        n = int(completion_mask[row].sum())
+        assert torch.allclose(logp[row][completion_mask[row].bool()], expected[-n:], atol=1e-4)
+
+
+def decision_messages_for(request: str):
+    from rollout.lm import Message
+
+    return [Message(role="system", content="guard"), Message(role="user", content=request)]
