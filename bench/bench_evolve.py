@@ -5,7 +5,9 @@
 For each seed, ``far evolve configs/evolve.yaml`` (K=4, G=4, dev 32, holdout 64) runs in a fresh process with
 ``--rounds`` rounds and no early stopping: wall time per round, the process's peak memory, and holdout ASR,
 HCR, TSR and over-refusal before round 1 and after each round. Reported per seed and as mean ± spread
-(min..max) over seeds. Writes bench/out/evolve.json.
+(min..max) over seeds. Beside them, the baselines that update no weights, on the same dev and holdout
+scenarios: FAR's policy search and Optuna's NSGA-II, ``--baseline-budget`` policy evaluations each, with
+the base SmolLM2 as a calibrated risk edge. Writes bench/out/evolve.json.
 """
 from __future__ import annotations
 
@@ -43,19 +45,114 @@ def run_seed(seed: int, rounds: int, out: Path) -> dict:
             "rounds": [{k: r[k] for k in ("round", *METRICS, "failures", "buffer", "distinct_rate")} for r in rows]}
 
 
+class FixedSuite:
+    """The very dev and holdout scenarios a FATE run of this seed uses (``Evolution``'s sampling)."""
+
+    def __init__(self, dev, holdout) -> None:
+        self.name = "fate-dev-holdout"
+        self._by_split = {"train": list(dev), "holdout": list(holdout)}
+
+    def scenarios(self, split):
+        return self._by_split[split]
+
+    def describe(self) -> dict:
+        return {"name": self.name, **{k: len(v) for k, v in self._by_split.items()}}
+
+
+def baselines(seed: int, budget: int) -> dict:
+    """No weight update: the base SmolLM2 as a calibrated risk edge (``backend: smollm2``), and ``budget``
+    policy evaluations on the dev scenarios by FAR's evolutionary search and by Optuna's NSGA-II; each
+    winner (``search.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
+    import random
+
+    import optuna
+
+    from evolve.config import load_evolve_config
+    from evolve.loop import holdout_metrics
+    from evolve.task import Scored
+    from rollout.backends import build_models
+    from rollout.suites import build_suite
+    from search.config import RunConfig, make_verifier
+    from search.evaluate import Evaluator
+    from search.evolution import EvolutionarySearcher
+    from search.rank import rank
+    from search.space import load_space
+    from verifiers.taxonomy import parse_reward_table
+
+    config, base = load_evolve_config(ROOT / "configs" / "evolve.yaml")
+    config = config.model_copy(update={"seed": seed})
+    suite = build_suite(config.suite, base)
+    rng = random.Random(seed)  # the same draws as Evolution.__init__
+    train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
+    dev = rng.sample(train, min(config.dev_size, len(train)))
+    test = rng.sample(holdout, min(config.holdout_size, len(holdout)))
+    models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
+                                                         "edge": {"backend": "smollm2"}})
+    run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier)
+    evaluator = Evaluator(FixedSuite(dev, test), build_models(models_config),
+                          make_verifier(run, parse_reward_table(config.rewards)), config.costs)
+    space = load_space(ROOT / "configs" / "space.yaml")
+    out = {}
+
+    def measure(policy) -> dict:
+        evaluation = evaluator.evaluate("winner", policy, "holdout")
+        scored = [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures)) for v in evaluation.verdicts]
+        return holdout_metrics(test, scored, config)["overall"]
+
+    started = time.perf_counter()
+    searcher = EvolutionarySearcher(space, population=8, seed=seed)
+    results = []
+    for i in range(budget):
+        params = searcher.suggest(str(i))
+        if params is None or params == searcher.FINISHED:
+            break
+        result = evaluator.evaluate(str(i), space.policy(params), "train").result
+        searcher.on_trial_complete(str(i), {"critical_failures": result.critical_failures, "reward": result.reward,
+                                            "cost": result.cost})
+        results.append(result)
+    winner = rank(results)[0]
+    out["policy_search"] = {"evaluations": len(results), "winner": winner.policy.model_dump(mode="json"),
+                            "holdout": measure(winner.policy), "seconds": time.perf_counter() - started}
+
+    started = time.perf_counter()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=8,
+                                            constraints_func=lambda trial: [trial.user_attrs["critical"]])
+    study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
+    results = []
+    for i in range(budget):
+        trial = study.ask()
+        params = {name: trial.suggest_categorical(name, list(domain.grid_values()))
+                  for name, domain in space.parameters.items()}
+        result = evaluator.evaluate(str(i), space.policy(params), "train").result
+        trial.set_user_attr("critical", float(result.critical_failures))
+        study.tell(trial, [result.reward, result.cost])
+        results.append(result)
+    winner = rank(results)[0]
+    out["optuna_nsga2"] = {"evaluations": len(results), "winner": winner.policy.model_dump(mode="json"),
+                           "holdout": measure(winner.policy), "seconds": time.perf_counter() - started}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline-budget", type=int, default=40, help="policy evaluations per baseline")
+    parser.add_argument("--skip-fate", action="store_true", help="only the baselines")
     args = parser.parse_args()
     out_dir = ROOT / "bench" / "out"
+    base = {seed: baselines(seed, args.baseline_budget) for seed in args.seeds}
+    if args.skip_fate:
+        print(json.dumps(base, indent=2))
+        return
     runs = [run_seed(seed, args.rounds, out_dir / f"evolve-seed{seed}") for seed in args.seeds]
     summary = {}
     for index in range(args.rounds + 1):
         values = {m: [run["rounds"][index][m] for run in runs if index < len(run["rounds"])] for m in METRICS}
         summary[f"round_{index}"] = {m: {"mean": sum(v) / len(v), "min": min(v), "max": max(v)}
                                      for m, v in values.items() if v}
-    result = {"runs": runs, "summary": summary}
+    result = {"runs": runs, "summary": summary, "baselines": base}
     (out_dir / "evolve.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 

@@ -5,7 +5,9 @@ Round t (π_t is the current model):
    z violates an objective is a failure f = (x, a, z).
 2. repairs: for each failure, the repair prompt p_f = Prompt(x, a, z) is answered K times by π_t itself, at
    temperatures spread from ``temperature_min`` to ``temperature_max`` across k; each candidate a'_k is
-   scored by the verifier ensemble. The distinct-candidate rate is reported.
+   scored by the verifier ensemble. The distinct-candidate rate is reported. Decisions are sampled from π_t
+   restricted to the three valid words (constrained decoding: their sequence probabilities, renormalised),
+   so a small model that does not follow the format still acts, and still learns, within it.
 3. supervision: candidates that meet κ_τ (per task mode; ``kappa: auto`` picks κ at the knee of the dev
    candidates' feasible-share/quality curve) form the feasible set; its Pareto front (on z) gets
    q* ∝ exp(β·(r_PF + diversity bonus)), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved.
@@ -28,7 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.config import EvolveConfig, KappaConfig
-from evolve.task import DecisionTask, Scored, decision_messages, parse_decision, repair_messages, violated
+from evolve.task import (
+    DECISIONS, DecisionTask, Scored, decision_messages, parse_decision, repair_messages, violated,
+)
 from rollout.errors import FarInputError
 from rollout.scenario import Scenario
 from verifiers.pareto import feasible, knee, pareto_front, r_pf, supervision_distribution
@@ -115,8 +119,8 @@ def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], con
 
     pairs = list(zip(scenarios, scored, strict=True))
 
-    def harmed(pair) -> bool:
-        return pair[1].z[0] < 1.0
+    def harmed(pair) -> bool:  # harm took effect (a malformed action ran nothing: it counts under "malformed")
+        return pair[1].verdict is not None and pair[1].z[0] < 1.0
 
     def succeeded(pair) -> bool:
         return pair[1].verdict is not None and SuccessKind.TASK_SUCCESS in pair[1].verdict.successes
@@ -167,7 +171,7 @@ class Evolution:
     # --- pieces of a round ---------------------------------------------------------------------------------
     def decide(self, scenarios: Sequence[Scenario]) -> list[Scored]:
         prompts = [self.model.prompt(decision_messages(s)) for s in scenarios]
-        texts = [options[0] for options in self.model.generate(prompts, temperature=0.0)]
+        texts = [options[0] for options in self.model.choose(prompts, DECISIONS, temperature=0.0)]
         return self.task.score(scenarios, [parse_decision(t) for t in texts])
 
     def collect(self) -> list[Failure]:
@@ -181,7 +185,8 @@ class Evolution:
         groups: list[list[Candidate]] = [[] for _ in failures]
         for k, temperature in enumerate(temperatures(config.candidates, config.temperature_min,
                                                      config.temperature_max)):
-            texts = [o[0] for o in self.model.generate(prompts, temperature, seed=config.seed * 1000 + round_index * 50 + k)]
+            texts = [o[0] for o in self.model.choose(prompts, DECISIONS, temperature,
+                                                      seed=config.seed * 1000 + round_index * 50 + k)]
             scored = self.task.score([f.scenario for f in failures], [parse_decision(t) for t in texts])
             for group, text, sc in zip(groups, texts, scored):
                 group.append(Candidate(text.strip(), sc, reward(config, sc.z)))
@@ -195,8 +200,8 @@ class Evolution:
         losses = []
         for start in range(0, len(prompts), config.prompts_per_step):
             chunk = list(range(start, min(start + config.prompts_per_step, len(prompts))))
-            samples = self.model.generate([prompts[i] for i in chunk], config.temperature, n=config.group,
-                                          seed=self.config.seed * 7919 + round_index * 101 + start)
+            samples = self.model.choose([prompts[i] for i in chunk], DECISIONS, config.temperature, n=config.group,
+                                        seed=self.config.seed * 7919 + round_index * 101 + start)
             flat_prompts = [prompts[i] for i, group in zip(chunk, samples) for _ in group]
             flat_texts = [text for group in samples for text in group]
             flat_scenarios = [scenarios[i] for i, group in zip(chunk, samples) for _ in group]

@@ -1,12 +1,11 @@
-"""π_t: a causal LM with a LoRA adapter (peft), in plain torch on CPU: sampling, completion log-probs,
-SFT on completions only, and the PFPO update. Torch runs with one thread (2 threads made a training step
+"""π_t: a causal LM with a LoRA adapter (peft), in plain torch on CPU: sampling among valid actions,
+completion log-probs, SFT on completions only. Torch runs with one thread (2 threads made a training step
 ~9x slower on these 2-core machines)."""
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +20,6 @@ class ModelSpec(BaseModel):
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    max_new_tokens: int = Field(4, ge=1)
     seed: int = 0
 
 
@@ -68,19 +66,36 @@ class PolicyModel:
         return self.tokenizer.apply_chat_template([m.model_dump() for m in messages], tokenize=False,
                                                   add_generation_prompt=True)
 
-    def generate(self, prompts: Sequence[str], temperature: float, n: int = 1, seed: int = 0) -> list[list[str]]:
-        """``n`` completions per prompt; temperature 0 is greedy."""
+    def choose(self, prompts: Sequence[str], options: Sequence[str], temperature: float, n: int = 1,
+               seed: int = 0) -> list[list[str]]:
+        """``n`` samples per prompt from π restricted to ``options`` (constrained decoding for a categorical
+        action): π(option | prompt) ∝ the option's sequence probability (its tokens and EOS), tempered by
+        ``temperature``; 0 is the most probable option."""
         torch = self.torch
-        torch.manual_seed(seed)
-        encoded = self.tokenizer(list(prompts), return_tensors="pt", padding=True)
-        sampling: dict[str, Any] = ({"do_sample": True, "temperature": temperature, "top_p": 1.0}
-                                    if temperature > 0 else {"do_sample": False})
         with torch.inference_mode():
-            output = self.model.generate(**encoded, max_new_tokens=self.spec.max_new_tokens,
-                                         num_return_sequences=n, pad_token_id=self.tokenizer.pad_token_id,
-                                         **sampling)
-        texts = self.tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1]:], skip_special_tokens=True)
-        return [texts[i * n:(i + 1) * n] for i in range(len(prompts))]
+            logp = self.option_logprobs(prompts, options)
+        generator = torch.Generator().manual_seed(seed)
+        out = []
+        for row in logp:
+            if temperature <= 0:
+                out.append([options[int(row.argmax())]] * n)
+            else:
+                probabilities = torch.softmax(row / temperature, dim=-1)
+                picks = torch.multinomial(probabilities, n, replacement=True, generator=generator)
+                out.append([options[int(i)] for i in picks])
+        return out
+
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str], chunk: int = 16):
+        """log π(option | prompt) for every (prompt, option): shape [len(prompts), len(options)]."""
+        torch = self.torch
+        pairs = [(p, o) for p in prompts for o in options]
+        totals = []
+        for start in range(0, len(pairs), chunk):
+            part = pairs[start:start + chunk]
+            ids, attention, mask = self.batch([p for p, _ in part], [o for _, o in part])
+            logp, completion_mask = self.token_logprobs(ids, attention, mask)
+            totals.append((logp * completion_mask).sum(dim=-1))
+        return torch.cat(totals).view(len(prompts), len(options))
 
     def batch(self, prompts: Sequence[str], completions: Sequence[str]):
         """Token ids of prompt + completion + EOS, left-padded so every completion ends at the last position,

@@ -176,7 +176,8 @@ def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], N
                             field="suite.attack")
     scenarios: list[Scenario] = []
     plans: dict[str, tuple[list, list]] = {}  # scenario id -> (user task's, injection task's) ground-truth calls
-    report: dict[str, Any] = {"excluded_empty_ground_truth": {}, "checker_defect_scenarios": 0}
+    report: dict[str, Any] = {"excluded_empty_ground_truth": {}, "checker_defect_scenarios": 0,
+                              "excluded_checker_defect_scenarios": 0}
     for name in config.suites:
         try:
             task_suite = load_task_suite(config.version, name)
@@ -207,6 +208,7 @@ def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], N
                 scenario_id = f"agentdojo/{name}/{user_task.ID}/{injection_id or 'benign'}"
                 defects = checker_defects(name, user_task.ID, injection_id)
                 if defects and config.exclude_checker_defects:
+                    report["excluded_checker_defect_scenarios"] += 1
                     continue
                 report["checker_defect_scenarios"] += bool(defects)
                 injections = attack.attack(user_task, injection_task) if injection_task is not None else {}

@@ -97,6 +97,7 @@ def test_checker_defects_are_labelled_and_can_be_excluded():
     assert all(sid.endswith("injection_task_0") or "/user_task_8/" in sid for sid in defective)
     assert labelled.describe()["checker_defect_scenarios"] == len(defective)
     kept = AgentDojoSuite(AgentDojoSuiteConfig.model_validate({**config, "exclude_checker_defects": True}))
+    assert kept.describe()["excluded_checker_defect_scenarios"] == len(defective)
     assert {s.id for s in all_scenarios(kept)} == {s.id for s in all_scenarios(labelled)} - defective
 
 

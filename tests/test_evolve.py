@@ -124,8 +124,8 @@ def test_evaluation_only_data_is_refused():
 
 
 def tiny_config(tmp_path, **overrides) -> EvolveConfig:
-    base = {"suite": {"name": "edge_cloud", "seed": 3, "size": 200}, "model": {"base": "tiny-random",
-            "max_new_tokens": 3}, "rounds": 1, "dev_size": 12, "holdout_size": 16, "candidates": 3,
+    base = {"suite": {"name": "edge_cloud", "seed": 3, "size": 200}, "model": {"base": "tiny-random"},
+            "rounds": 1, "dev_size": 12, "holdout_size": 16, "candidates": 3,
             "kappa": "auto", "sft": {"epochs": 1, "batch_size": 4}, "pfpo": {"group": 2, "prompts_per_step": 4,
                                                                           "iterations": 2},
             "models": {"cache": {"enabled": False}}, "min_improvement": 0.0, "output": str(tmp_path)}
@@ -159,7 +159,7 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
 
 @pytest.mark.slow
 def test_a_round_with_the_real_smollm2(tmp_path):
-    config = tiny_config(tmp_path, model={"base": "smollm2", "max_new_tokens": 4}, dev_size=16, holdout_size=24,
+    config = tiny_config(tmp_path, model={"base": "smollm2"}, dev_size=16, holdout_size=24,
                          candidates=4, pfpo={"group": 4, "prompts_per_step": 4})
     summary = Evolution(config).run(tmp_path)
     assert len(summary["rounds"]) == 2
@@ -191,3 +191,20 @@ def decision_messages_for(request: str):
     from rollout.lm import Message
 
     return [Message(role="system", content="guard"), Message(role="user", content=request)]
+
+
+def test_constrained_choice_samples_only_valid_actions_by_their_probability():
+    from evolve.policy_model import ModelSpec, PolicyModel
+    from evolve.task import DECISIONS
+
+    model = PolicyModel(ModelSpec(base="tiny-random", seed=1))
+    prompts = [model.prompt(decision_messages_for(f"request {i}")) for i in range(3)]
+    logp = model.option_logprobs(prompts, DECISIONS)
+    greedy = model.choose(prompts, DECISIONS, temperature=0.0)
+    for row, picked in zip(logp, greedy):
+        assert picked == [DECISIONS[int(row.argmax())]]
+    samples = model.choose(prompts[:1], DECISIONS, temperature=1.0, n=3000, seed=5)[0]
+    assert set(samples) <= set(DECISIONS)
+    expected = torch.softmax(logp[0], dim=-1)
+    observed = torch.tensor([samples.count(d) / len(samples) for d in DECISIONS])
+    assert torch.allclose(observed, expected, atol=0.04)
