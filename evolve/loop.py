@@ -219,7 +219,7 @@ class Evolution:
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
             self.model.model.eval()
         return losses
 

@@ -158,7 +158,7 @@ class PolicyModel:
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
         self.model.eval()
         return losses
 
