@@ -206,7 +206,8 @@ class Evolution:
             flat_texts = [text for group in samples for text in group]
             flat_scenarios = [scenarios[i] for i, group in zip(chunk, samples) for _ in group]
             scored = self.task.score(flat_scenarios, [parse_decision(t) for t in flat_texts])
-            rewards = torch.tensor([reward(self.config, s.z) for s in scored]).view(len(chunk), config.group)
+            rewards = torch.tensor([reward(self.config, s.z) for s in scored],
+                                   device=self.model.device).view(len(chunk), config.group)
             advantages = group_advantages(rewards).view(-1)
             ids, attention, mask = self.model.batch(flat_prompts, [t.strip() for t in flat_texts])
             with torch.no_grad():

@@ -58,7 +58,9 @@ class PolicyModel:
             base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         lora = LoraConfig(r=spec.lora_r, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
                           target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-        self.model = get_peft_model(base, lora)
+        # a GPU when there is one (the same code trains a larger model there), else the CPU
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = get_peft_model(base, lora).to(self.device)
         self.model.eval()
 
     # --- text ----------------------------------------------------------------------------------------------
@@ -76,7 +78,7 @@ class PolicyModel:
             logp = self.option_logprobs(prompts, options)
         generator = torch.Generator().manual_seed(seed)
         out = []
-        for row in logp:
+        for row in logp.cpu():
             if temperature <= 0:
                 out.append([options[int(row.argmax())]] * n)
             else:
@@ -110,9 +112,9 @@ class PolicyModel:
             masks.append([0] * len(prompt_ids) + [1] * len(completion_ids))
         width = max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-        mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
+        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32, device=self.device)
         return ids, attention, mask
 
     def token_logprobs(self, ids, attention, mask, reference: bool = False):
