@@ -208,3 +208,13 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
     expected = torch.softmax(logp[0], dim=-1)
     observed = torch.tensor([samples.count(d) / len(samples) for d in DECISIONS])
     assert torch.allclose(observed, expected, atol=0.04)
+
+
+def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
+    from search.cli import main
+
+    bad = tmp_path / "evolve.yaml"
+    bad.write_text("rounds: 0\nkappa: {executable: [1.0, 1.0]}\n")
+    assert main(["evolve", str(bad)]) == 2
+    error = capsys.readouterr().err
+    assert "evolve.yaml" in error and ("rounds" in error or "kappa" in error)
