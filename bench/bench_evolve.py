@@ -36,7 +36,7 @@ def run_seed(seed: int, rounds: int, out: Path) -> dict:
     path.write_text(yaml.safe_dump(config))
     started = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run([sys.executable, "-m", "search", "evolve", str(path)], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "serve", "evolve", str(path)], check=True, cwd=ROOT,
                    env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     peak_mib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     rows = pq.read_table(out / "rounds.parquet").to_pylist()

@@ -5,7 +5,7 @@ import argparse
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -308,10 +308,21 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+Registrar = Callable[[Any], None]  # adds subcommands to an argparse subparsers object
+
+
+def build_parser(registrars: Sequence[Registrar] = ()) -> argparse.ArgumentParser:
+    """search's commands, plus those the layers above add (``evolve``, ``serve``: see ``serve.cli``)."""
     parser = argparse.ArgumentParser(prog="far", description="FAR: failure-as-reward policy search for "
                                                              "edge-cloud agents")
     commands = parser.add_subparsers(dest="command", required=True)
+    add_commands(commands)
+    for register in registrars:
+        register(commands)
+    return parser
+
+
+def add_commands(commands: Any) -> None:
     evaluate = commands.add_parser("evaluate", help="evaluate named policies on train and holdout, apply the gate")
     evaluate.add_argument("config", help="run configuration (YAML)")
     evaluate.add_argument("--output", help="output directory (default: the config's 'output')")
@@ -324,20 +335,6 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     search.add_argument("--quiet", action="store_true", help="no Tune progress table")
     search.set_defaults(handler=cmd_search)
-    serve_cmd = commands.add_parser("serve", help="serve the verifier ensemble and policy scoring over REST "
-                                                  "(Ray Serve)")
-    serve_cmd.add_argument("config", help="serve configuration (YAML), e.g. configs/serve.yaml")
-    serve_cmd.add_argument("--host", help="override the config's bind address")
-    serve_cmd.add_argument("--port", type=int, help="override the config's port")
-    serve_cmd.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
-    serve_cmd.add_argument("--once", action="store_true", help="start, print the URL and return (the app keeps "
-                                                                "running on the Ray cluster)")
-    serve_cmd.set_defaults(handler=cmd_serve)
-    evolve_cmd = commands.add_parser("evolve", help="FATE: improve the edge model from its own failures "
-                                                    "(repairs, Pareto-front SFT, PFPO), in rounds")
-    evolve_cmd.add_argument("config", help="evolve configuration (YAML), e.g. configs/evolve.yaml")
-    evolve_cmd.add_argument("--output", help="output directory (default: the config's 'output')")
-    evolve_cmd.set_defaults(handler=cmd_evolve)
     importer = commands.add_parser("import-scenarios", help="convert a JSONL file of scenarios to Parquet")
     importer.add_argument("file", help="JSONL, one scenario per line (format: rollout/importer.py)")
     importer.add_argument("--output", required=True, help="Parquet file to write")
@@ -345,73 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     importer.add_argument("--seed", type=int, default=0, help="seed of the split for rows without one")
     importer.add_argument("--holdout-fraction", type=float, default=0.3)
     importer.set_defaults(handler=cmd_import)
-    return parser
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    import os
-
-    from serve.schemas import load_serve_config
-
-    config = load_serve_config(args.config)
-    if args.host:
-        config = config.model_copy(update={"host": args.host})
-    if args.port:
-        config = config.model_copy(update={"port": args.port})
-    token = os.environ.get(config.auth.token_env) or None
-    if config.token_required() and not token:
-        raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
-                            f"${config.auth.token_env}", file=args.config, field="auth.token_env")
-    from ray import serve
-
-    from cluster.hosting import ensure_ray
-    from serve.app import build_app
-
-    ensure_ray(args.address)
-    serve.start(http_options={"host": config.host, "port": config.port})
-    from pathlib import Path
-
-    serve.run(build_app(config, token if config.token_required() else None, Path(args.config).resolve().parent),
-              name="far", route_prefix="/")
-    auth = "bearer token required" if config.token_required() else "no token (loopback)"
-    print(f"FAR serve: http://{config.host}:{config.port}/v1 ({auth}); OpenAPI at /docs; verifiers: "
-          f"{', '.join(config.verifier.members)} ({config.verifier.aggregation}). Ctrl-C stops.", flush=True)
-    if args.once:  # started and answered: used by tests and scripts that manage the lifetime themselves
-        return 0
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        serve.shutdown()
-        print("far serve: stopped", file=sys.stderr)
-    return 0
-
-
-def cmd_evolve(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from evolve.config import load_evolve_config
-
-    config, base = load_evolve_config(args.config)
-    output = Path(args.output) if args.output else Path.cwd() / config.output
-    if output.exists() and not output.is_dir():
-        raise FarInputError("output path exists and is not a directory", file=output, field="output")
-    from evolve.loop import Evolution
-
-    _progress(f"FAR evolve: {config.rounds} rounds of FATE on {config.model.base} (LoRA r={config.model.lora_r}), "
-              f"dev {config.dev_size}, holdout {config.holdout_size}, K={config.candidates}, G={config.pfpo.group}")
-    summary = Evolution(config, base, progress=_progress).run(output.resolve())
-    print(f"FAR evolve: {len(summary['rounds']) - 1} round(s), stopped: {summary['stopped']}. Results: {output}/ "
-          "(rounds.parquet, rounds_by_category.parquet, replay_buffer_round*.parquet, adapter_round*/, "
-          "report.html, summary.json)")
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, registrars: Sequence[Registrar] = ()) -> int:
+    parser = build_parser(registrars)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] not in ("evaluate", "search", "serve", "evolve", "import-scenarios", "-h", "--help") and not argv[0].startswith(
-            "-"):
+    known = {name for action in parser._subparsers._group_actions for name in action.choices}
+    if argv and argv[0] not in known and not argv[0].startswith("-"):
         argv = ["search", *argv]  # `python -m search CONFIG.yaml` (e.g. under `ray job submit`) runs a search
     args = parser.parse_args(argv)
     try:

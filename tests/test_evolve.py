@@ -211,7 +211,7 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
 
 
 def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
-    from search.cli import main
+    from serve.cli import main  # `far`: every command, evolve included
 
     bad = tmp_path / "evolve.yaml"
     bad.write_text("rounds: 0\nkappa: {executable: [1.0, 1.0]}\n")

@@ -197,10 +197,10 @@ def test_far_serve_command_serves_until_interrupted(tmp_path):
                                       "models": {"cache": {"enabled": False}}}))
     env = {**os.environ, "RAY_ADDRESS": "", "FAR_SERVE_TOKEN": ""}
     env.pop("RAY_ADDRESS")
-    refused = subprocess.run([sys.executable, "-m", "search", "serve", str(config), "--host", "0.0.0.0"],
+    refused = subprocess.run([sys.executable, "-m", "serve", "serve", str(config), "--host", "0.0.0.0"],
                              capture_output=True, text=True, env=env, timeout=120)
     assert refused.returncode == 2 and "FAR_SERVE_TOKEN" in refused.stderr  # no token off loopback: refused
-    process = subprocess.Popen([sys.executable, "-m", "search", "serve", str(config)], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "serve", "serve", str(config)], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.time() + 180

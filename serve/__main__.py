@@ -1,0 +1,5 @@
+import sys
+
+from serve.cli import main
+
+sys.exit(main())

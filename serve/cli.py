@@ -1,0 +1,74 @@
+"""``far``: the whole command line, assembled here at the top of the dependency chain -- search's commands
+(``evaluate``, ``search``, ``import-scenarios``), ``evolve``, and this package's ``serve``. Bad input prints
+one line naming file and field, and exits with status 2."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from rollout.errors import FarInputError
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    from serve.schemas import load_serve_config
+
+    config = load_serve_config(args.config)
+    if args.host:
+        config = config.model_copy(update={"host": args.host})
+    if args.port:
+        config = config.model_copy(update={"port": args.port})
+    token = os.environ.get(config.auth.token_env) or None
+    if config.token_required() and not token:
+        raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
+                            f"${config.auth.token_env}", file=args.config, field="auth.token_env")
+    from ray import serve
+
+    from cluster.hosting import ensure_ray
+    from serve.app import build_app
+
+    ensure_ray(args.address)
+    serve.start(http_options={"host": config.host, "port": config.port})
+    from pathlib import Path
+
+    serve.run(build_app(config, token if config.token_required() else None, Path(args.config).resolve().parent),
+              name="far", route_prefix="/")
+    auth = "bearer token required" if config.token_required() else "no token (loopback)"
+    print(f"FAR serve: http://{config.host}:{config.port}/v1 ({auth}); OpenAPI at /docs; verifiers: "
+          f"{', '.join(config.verifier.members)} ({config.verifier.aggregation}). Ctrl-C stops.", flush=True)
+    if args.once:  # started and answered: used by tests and scripts that manage the lifetime themselves
+        return 0
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        serve.shutdown()
+        print("far serve: stopped", file=sys.stderr)
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    serve_cmd = commands.add_parser("serve", help="serve the verifier ensemble and policy scoring over REST "
+                                                  "(Ray Serve)")
+    serve_cmd.add_argument("config", help="serve configuration (YAML), e.g. configs/serve.yaml")
+    serve_cmd.add_argument("--host", help="override the config's bind address")
+    serve_cmd.add_argument("--port", type=int, help="override the config's port")
+    serve_cmd.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
+    serve_cmd.add_argument("--once", action="store_true", help="start, print the URL and return (the app keeps "
+                                                                "running on the Ray cluster)")
+    serve_cmd.set_defaults(handler=cmd_serve)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from evolve.cli import add_commands as add_evolve
+    from search.cli import main as run
+
+    return run(argv, registrars=(add_evolve, add_commands))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
