@@ -35,14 +35,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     serve.start(http_options={"host": config.host, "port": config.port})
     from pathlib import Path
 
-    serve.run(build_app(config, token if config.token_required() else None, Path(args.config).resolve().parent),
-              name="far", route_prefix="/")
-    auth = "bearer token required" if config.token_required() else "no token (loopback)"
-    print(f"FAR serve: http://{config.host}:{config.port}/v1 ({auth}); OpenAPI at /docs; verifiers: "
-          f"{', '.join(config.verifier.members)} ({config.verifier.aggregation}). Ctrl-C stops.", flush=True)
-    if args.once:  # started and answered: used by tests and scripts that manage the lifetime themselves
-        return 0
-    try:
+    try:  # Ctrl-C at any point from here, starting up included, stops the app cleanly
+        serve.run(build_app(config, token if config.token_required() else None,
+                            Path(args.config).resolve().parent), name="far", route_prefix="/")
+        auth = "bearer token required" if config.token_required() else "no token (loopback)"
+        print(f"FAR serve: http://{config.host}:{config.port}/v1 ({auth}); OpenAPI at /docs; verifiers: "
+              f"{', '.join(config.verifier.members)} ({config.verifier.aggregation}). Ctrl-C stops.", flush=True)
+        if args.once:  # started and answered: used by tests and scripts that manage the lifetime themselves
+            return 0
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
