@@ -106,12 +106,14 @@ class PolicyScorer:
         from search.gate import gate
         from search.results import aggregate
 
+        from search.evaluate import replay_all
+
         evaluator = self.evaluator(request.suite)
-        with self._lock:  # an Evaluator records each split once; keep that single-threaded
-            scenarios = list(evaluator.scenarios(request.split))
-            trajectories = evaluator.rollouts(request.policy, request.split)
-        if request.limit:
-            scenarios, trajectories = scenarios[:request.limit], trajectories[:request.limit]
+        # one rollout at a time: an Evaluator records each split once, and episodes grow their tries
+        with self._lock:
+            prepared = evaluator.prepared(request.split)[:request.limit]  # only the scenarios asked for
+            trajectories = replay_all(prepared, request.policy, evaluator.costs)
+        scenarios = [item.scenario for item in prepared]
         verdicts = verify_all(evaluator.verifier, scenarios, trajectories)
         result = aggregate("api", request.policy, request.split, verdicts, [t.cost for t in trajectories],
                            evaluator.models.simulated, self.config.gate.confidence)
