@@ -81,7 +81,7 @@ def pooled(rows: list[dict]) -> dict:
 
 
 def guard_quality(config: Path, policy: dict) -> dict:
-    from rollout.backends import build_models
+    from rollout.models.backends import build_models
     from rollout.policy import Policy
     from rollout.suites import build_suite
     from search.config import load_search_config
@@ -118,11 +118,11 @@ def guard_quality(config: Path, policy: dict) -> dict:
 
 def throughput(config: Path, per_suite: int) -> dict:
     """Pipeline runs/s and environment-load share on fresh tries; trie replays/s on known paths."""
-    import rollout.agentdojo_suite as ads
-    from rollout.agentdojo_agent import Episode
-    from rollout.backends import build_models
+    import rollout.suites.agentdojo.suite as ads
+    from rollout.models.backends import build_models
     from rollout.policy import Policy
     from rollout.suites import build_suite
+    from rollout.suites.agentdojo.agent import Episode
     from search.config import load_search_config
 
     loaded = load_search_config(config)

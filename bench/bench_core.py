@@ -26,10 +26,10 @@ sys.path.insert(0, str(ROOT))
 
 def replay_vs_graph(n: int) -> dict:
     from rollout.agent import build_graph, run_graph, run_live
-    from rollout.backends import ModelsConfig, build_models
-    from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
-    from rollout.models import RecordedCalls
+    from rollout.calls import RecordedCalls
+    from rollout.models.backends import ModelsConfig, build_models
     from rollout.policy import Policy
+    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
     from search.evaluate import prepare_calls, replay_all
     from verifiers.rules import RuleVerifier
 
@@ -81,7 +81,7 @@ def replay_vs_graph(n: int) -> dict:
 
 
 def generation(n: int) -> dict:
-    from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     started = time.perf_counter()
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=n, seed=2))
@@ -91,9 +91,9 @@ def generation(n: int) -> dict:
 
 def memory_child(n: int) -> None:
     """Run in a fresh process: generate, record and evaluate n scenarios by replay; print peak RSS."""
-    from rollout.backends import ModelsConfig, build_models
-    from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from rollout.models.backends import ModelsConfig, build_models
     from rollout.policy import Policy
+    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
     from search.evaluate import Evaluator
     from verifiers.rules import RuleVerifier
 

@@ -70,7 +70,7 @@ def baselines(seed: int, budget: int) -> dict:
     from evolve.config import load_evolve_config
     from evolve.loop import holdout_metrics
     from evolve.task import Scored
-    from rollout.backends import build_models
+    from rollout.models.backends import build_models
     from rollout.suites import build_suite
     from search.config import RunConfig, make_verifier
     from search.evaluate import Evaluator

@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rollout.backends import ModelsConfig, build_models  # noqa: E402
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 from search.evaluate import Evaluator  # noqa: E402
 from search.evolution import EvolutionarySearcher, config_key  # noqa: E402
 from search.rank import rank, rank_key  # noqa: E402

@@ -36,9 +36,9 @@ def free_port() -> int:
 
 
 def request_bodies(n: int) -> list[bytes]:
-    from rollout.backends import ModelsConfig, build_models
-    from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from rollout.models.backends import ModelsConfig, build_models
     from rollout.policy import Policy
+    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
     from rollout.trajectory_io import TrajectoryModel
     from search.evaluate import Evaluator
     from verifiers.rules import RuleVerifier
@@ -140,7 +140,7 @@ def main() -> None:
     import ray
     from ray import serve
 
-    from rollout.backends import ModelsConfig
+    from rollout.models.backends import ModelsConfig
     from serve.app import build_app
     from serve.schemas import ServeConfig
     from verifiers.ensemble import EnsembleConfig

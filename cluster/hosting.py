@@ -7,9 +7,9 @@ from typing import Any
 import ray
 
 from cluster.actors import ActorLM, start_lm_actor
-from rollout.backends import InProcessHost
-from rollout.engines import EngineSpec, LazyLM, engine_model_id
-from rollout.lm import LM
+from rollout.models.backends import InProcessHost
+from rollout.models.engines import EngineSpec, LazyLM, engine_model_id
+from rollout.models.lm import LM
 
 
 def ensure_ray(address: str | None = None, **init_options: Any) -> None:

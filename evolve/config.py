@@ -8,9 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from evolve.policy_model import ModelSpec
 from rollout.agent import Costs
-from rollout.backends import ModelsConfig
 from rollout.errors import from_validation_error
 from rollout.io import load_mapping
+from rollout.models.backends import ModelsConfig
 from rollout.policy import Policy
 from rollout.suites import SuiteSpec
 from verifiers.ensemble import EnsembleConfig

@@ -147,7 +147,7 @@ def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], con
 class Evolution:
     def __init__(self, config: EvolveConfig, base_dir: Path | None = None, progress: Callable[[str], None] | None = None,
                  model: Any = None) -> None:
-        from rollout.backends import build_models
+        from rollout.models.backends import build_models
         from rollout.suites import build_suite
         from search.config import RunConfig, make_verifier
         from verifiers.taxonomy import parse_reward_table
@@ -229,8 +229,9 @@ class Evolution:
         return holdout_metrics(self.holdout, self.decide(self.holdout), self.config)
 
     def run(self, output: Path) -> dict[str, Any]:
-        from rollout.io import write_json_atomic, write_parquet_atomic
         import pyarrow as pa
+
+        from rollout.io import write_json_atomic, write_parquet_atomic
 
         config = self.config
         output.mkdir(parents=True, exist_ok=True)

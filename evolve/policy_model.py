@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollout.lm import Message
+from rollout.models.lm import Message
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -25,7 +25,7 @@ class ModelSpec(BaseModel):
 
 def _base_folder(base: str) -> Path:
     if base in ("smollm2", "tiny-random"):
-        from rollout.weights import smollm2
+        from rollout.models.weights import smollm2
 
         return smollm2().path
     return Path(base).expanduser()
@@ -37,7 +37,7 @@ class PolicyModel:
         from peft import LoraConfig, get_peft_model
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-        from rollout.weights import offline
+        from rollout.models.weights import offline
 
         offline()
         torch.set_num_threads(1)

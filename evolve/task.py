@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from rollout.agent import DEFAULT_COSTS, Costs, replay_calls
-from rollout.lm import Message
-from rollout.models import ModelRecord, ModelSet, RecordedCalls
+from rollout.calls import ModelRecord, ModelSet, RecordedCalls
+from rollout.models.lm import Message
 from rollout.policy import Policy
 from rollout.scenario import Scenario
 from rollout.trajectory import VETOED, Step, Trajectory

@@ -1,1 +1,8 @@
-"""Rollouts: policies, scenarios and suites, model backends, the LangGraph agent, trajectories."""
+"""Rollouts, the bottom layer: scenario, policy and trajectory types, the LangGraph agent and its replay walk,
+model-call records, trajectory I/O; suites live in ``suites/``, model backends in ``models/``.
+
+May import only the standard library and third-party packages: never verifiers, cluster, search, evolve or serve.
+"""
+from rollout import moved as _moved
+
+_moved.install()  # old module paths (rollout.models.backends, rollout.models.lm, ...) resolve to their new homes

@@ -11,10 +11,11 @@ skips LangGraph's per-step machinery (~270x faster here; see BENCHMARKS.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pydantic import BaseModel, ConfigDict, Field
 from typing import Annotated, Any, NamedTuple, TypedDict
 
-from rollout.models import Calls, Environment, LiveCalls, ModelRecord, ModelSet, RecordedCalls
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollout.calls import Calls, Environment, LiveCalls, ModelRecord, ModelSet, RecordedCalls
 from rollout.policy import FallbackMode, Policy
 from rollout.scenario import Scenario
 from rollout.trajectory import (
@@ -273,7 +274,8 @@ def _next(state: AgentState) -> str:
 def build_graph(policy: Policy):
     """Compile the agent as a LangGraph ``StateGraph`` for this policy (build it where it runs; compiled
     graphs do not survive pickling)."""
-    from langgraph.graph import END as LG_END, START, StateGraph
+    from langgraph.graph import END as LG_END
+    from langgraph.graph import START, StateGraph
 
     graph = StateGraph(AgentState, context_schema=Context)
     for name, fn in NODES.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.models import ModelRecord
+from rollout.calls import ModelRecord
 from rollout.policy import Policy
 
 
@@ -47,7 +47,7 @@ class Trajectory:
     steps: tuple[Step, ...]
     outcome: str
     record: ModelRecord | None = field(default=None, compare=False)  # model calls, for replay and audit
-    # what an environment-backed suite's checkers reported (e.g. AgentDojo's utility and security)
+    # what an environment-backed suite's checkers reported (e.g. utility and security)
     environment_result: dict[str, Any] | None = None
 
     @property

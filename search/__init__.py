@@ -1,1 +1,5 @@
-"""Search: the policy space, evaluation, ranking, the deployment gate and the ``far`` command line."""
+"""Search: the policy space, evaluation, ranking, the deployment gate, Tune searchers, reports, the REST
+client, and the evaluate/search/import-scenarios commands.
+
+May import rollout, verifiers and cluster; never evolve or serve.
+"""

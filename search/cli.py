@@ -31,8 +31,8 @@ def _progress(message: str) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from rollout.backends import build_models
     from rollout.io import write_json_atomic, write_parquet_atomic
+    from rollout.models.backends import build_models
     from rollout.scenario import SPLITS, scenarios_to_table
     from rollout.suites import build_suite, split_manifest
     from search.config import load_evaluate_config, make_verifier
@@ -164,8 +164,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 def proposer_engine(config: Any, explicit: bool) -> tuple[Any, bool]:
     """The LM for ``method: llm``: ``search.llm`` if given, else the cloud model's engine when the cloud is an
     LM backend, else SmolLM2 through transformers."""
-    from rollout.backends import CLOUD_LM_DEFAULTS
-    from rollout.engines import EngineSpec
+    from rollout.models.backends import CLOUD_LM_DEFAULTS
+    from rollout.models.engines import EngineSpec
 
     llm = config.search.llm
     cloud = config.models.cloud
@@ -196,9 +196,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     from cluster.hosting import RayHost, ensure_ray
     from cluster.rollout_pool import RolloutPool
-    from rollout.backends import build_models, open_cache
-    from rollout.cache import CachedLM
     from rollout.io import write_json_atomic, write_parquet_atomic, write_text_atomic
+    from rollout.models.backends import build_models, open_cache
+    from rollout.models.cache import CachedLM
     from search.evaluate import Evaluator
     from search.html_report import render
     from search.leaderboard import build_leaderboard
@@ -292,8 +292,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from rollout.importer import import_jsonl
     from rollout.scenario import save_scenarios
+    from rollout.suites.imported import import_jsonl
 
     imported = import_jsonl(args.file, suite=args.suite, seed=args.seed, holdout_fraction=args.holdout_fraction)
     for error in imported.errors:

@@ -7,9 +7,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.agent import Costs
-from rollout.backends import EngineChoice, ModelsConfig
 from rollout.errors import FarInputError, from_validation_error
 from rollout.io import load_mapping
+from rollout.models.backends import EngineChoice, ModelsConfig
 from rollout.policy import Policy, load_policies, parse_named_policies
 from rollout.suites import SuiteSpec
 from search.gate import GateConfig
@@ -78,7 +78,7 @@ class SearchConfig(RunConfig):
 def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> Any:
     """The run's verifier: the rule verifier, or the configured ensemble (its LLM judge built like the model
     backends: hosted by ``host``, behind the model-call cache)."""
-    from rollout.backends import build_lm
+    from rollout.models.backends import build_lm
 
     if config.verifier.endpoint:
         from search.remote import http_verifier

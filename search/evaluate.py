@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rollout.agent import DEFAULT_COSTS, Costs, build_graph, rollout_prepared, run_live
-from rollout.models import ModelRecord, ModelSet, RecordedCalls
+from rollout.calls import ModelRecord, ModelSet, RecordedCalls
 from rollout.policy import Policy
 from rollout.scenario import Scenario, Split
 from rollout.suites import Suite

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rollout.lm import LM, GenerateRequest, SamplingParams, messages
+from rollout.models.lm import LM, GenerateRequest, SamplingParams, messages
 from search.evolution import Config, EvolutionarySearcher, config_key
 from search.rank import rank_key
 from search.space import BoolDomain, ChoiceDomain, FloatDomain, IntDomain, PolicySpace

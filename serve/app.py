@@ -83,7 +83,7 @@ class PolicyScorer:
             raise UnknownSuite(suite_name)
         with self._lock:
             if suite_name not in self._evaluators:
-                from rollout.backends import build_models
+                from rollout.models.backends import build_models
                 from rollout.suites import build_suite
                 from search.config import RunConfig, make_verifier
                 from search.evaluate import Evaluator
@@ -103,10 +103,9 @@ class PolicyScorer:
         return min(total, request.limit) if request.limit else total
 
     def score(self, request: ScorePolicyRequest) -> PolicyScore:
+        from search.evaluate import replay_all
         from search.gate import gate
         from search.results import aggregate
-
-        from search.evaluate import replay_all
 
         evaluator = self.evaluator(request.suite)
         # one rollout at a time: an Evaluator records each split once, and episodes grow their tries
@@ -307,19 +306,16 @@ def set_backend(backend: Backend) -> None:
 
 
 def build_member(name: str, config: ServeConfig):
-    from rollout.backends import build_lm
-    from verifiers.members import EnvironmentMember, LLMJudgeMember, RuleMember
-    from verifiers.rules import RuleVerifier
+    from rollout.models.backends import build_lm
+    from verifiers.ensemble import MEMBERS
+    from verifiers.members import MemberContext
     from verifiers.taxonomy import parse_reward_table
 
-    if name == "rules":
-        return RuleMember(RuleVerifier(parse_reward_table(config.rewards)))
-    if name == "environment":
-        return EnvironmentMember()
-    judge = config.verifier.llm_judge
-    # in a Serve replica the judge's engine runs in the replica itself: the deployment is its host
-    lm = build_lm(judge.lm_options().model_copy(update={"actor": False}), cache=config.models.cache)
-    return LLMJudgeMember(lm, max_tokens=judge.max_tokens)
+    def judge_lm(judge):
+        # in a Serve replica the judge's engine runs in the replica itself: the deployment is its host
+        return build_lm(judge.lm_options().model_copy(update={"actor": False}), cache=config.models.cache)
+
+    return MEMBERS[name](MemberContext(parse_reward_table(config.rewards), config.verifier.llm_judge, judge_lm))
 
 
 @serve.deployment(name="verifier", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)

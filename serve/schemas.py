@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rollout.agent import Costs
-from rollout.backends import ModelsConfig
+from rollout.models.backends import ModelsConfig
 from rollout.policy import Policy
 from rollout.scenario import Scenario
 from rollout.suites import SuiteSpec

@@ -7,7 +7,7 @@ os.environ.setdefault("LANGSMITH_TRACING", "false")
 import pytest
 from hypothesis import settings
 
-from rollout.models import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord
+from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord
 from rollout.scenario import GroundTruth, Scenario, ToolAction
 
 settings.register_profile("ci", deadline=None, max_examples=60)

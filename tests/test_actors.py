@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from cluster.actors import ActorLM, start_lm_actor
-from rollout.engines import EngineSpec
-from rollout.lm import GenerateRequest, messages
+from rollout.models.engines import EngineSpec
+from rollout.models.lm import GenerateRequest, messages
 
 
 class SlowServer:

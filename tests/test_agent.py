@@ -1,13 +1,13 @@
 import pytest
+from conftest import PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
 from rollout.agent import build_graph, max_node_visits, replay, run_graph, run_live
-from rollout.backends import ModelsConfig, build_models
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
-from rollout.models import RecordedCalls
+from rollout.calls import RecordedCalls
+from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from verifiers.rules import RuleVerifier
 
 SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=11))

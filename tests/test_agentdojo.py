@@ -4,15 +4,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rollout.agentdojo_agent import Episode
-from rollout.agentdojo_suite import AgentDojoSuite, AgentDojoSuiteConfig, tool_properties
 from rollout.agent import build_graph
-from rollout.backends import ModelsConfig, build_models
 from rollout.errors import FarInputError
+from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy
 from rollout.suites import build_suite
+from rollout.suites.agentdojo.agent import Episode
+from rollout.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig, tool_properties
 from verifiers.rules import RuleVerifier
 from verifiers.taxonomy import FailureKind
 

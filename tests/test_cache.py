@@ -1,8 +1,8 @@
 import multiprocessing
 import pickle
 
-from rollout.cache import CachedLM, CallCache, call_key
-from rollout.lm import GenerateRequest, GenerateResult, SamplingParams, ScoreRequest, ScoreResult, messages
+from rollout.models.cache import CachedLM, CallCache, call_key
+from rollout.models.lm import GenerateRequest, GenerateResult, SamplingParams, ScoreRequest, ScoreResult, messages
 
 
 class CountingLM:

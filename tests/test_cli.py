@@ -103,8 +103,8 @@ def test_bad_config_one_line_exit_2_and_nothing_written(tmp_path, mutate, fragme
 def test_bad_scenario_file_names_row(tmp_path):
     import pyarrow as pa
 
-    from rollout.edge_cloud_suite import generate_scenario
     from rollout.scenario import save_scenarios
+    from rollout.suites.edge_cloud import generate_scenario
 
     path = save_scenarios(tmp_path / "s.parquet", [generate_scenario(0, i, 0.5) for i in range(6)])
     rows = pq.read_table(path).to_pylist()

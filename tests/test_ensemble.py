@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from rollout.backends import ModelsConfig, build_models
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from rollout.trajectory_io import TrajectoryModel
 from search.evaluate import Evaluator
 from search.gate import GateConfig

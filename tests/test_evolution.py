@@ -4,7 +4,7 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollout.lm import GenerateResult
+from rollout.models.lm import GenerateResult
 from search.evolution import EvolutionarySearcher, Scored, config_key, crossover, mutate, tournament
 from search.llm_proposer import LLMProposalSearcher, proposal_schema
 from search.space import parse_space

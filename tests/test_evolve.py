@@ -16,10 +16,10 @@ from evolve.loop import (  # noqa: E402
 )
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
 from evolve.task import MALFORMED, DecisionTask, parse_decision  # noqa: E402
-from rollout.backends import ModelsConfig, build_models  # noqa: E402
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 from rollout.errors import FarInputError  # noqa: E402
+from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
 from rollout.policy import Policy  # noqa: E402
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 from verifiers.rules import RuleVerifier  # noqa: E402
 
 
@@ -188,7 +188,7 @@ def test_completion_logprobs_match_a_full_forward_pass():
 
 
 def decision_messages_for(request: str):
-    from rollout.lm import Message
+    from rollout.models.lm import Message
 
     return [Message(role="system", content="guard"), Message(role="user", content=request)]
 

@@ -6,8 +6,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rollout.engines.openai_http import OpenAICompatibleLM
-from rollout.lm import GenerateRequest, SamplingParams, ScoreRequest, messages
+from rollout.models.engines.openai_http import OpenAICompatibleLM
+from rollout.models.lm import GenerateRequest, SamplingParams, ScoreRequest, messages
 
 
 class Server:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from rollout.importer import import_jsonl
 from rollout.scenario import load_scenarios
+from rollout.suites.imported import import_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 PAY = {"tool": "pay_bill", "args": {"amount": 40}, "sensitive": True, "idempotent": False}

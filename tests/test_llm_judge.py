@@ -6,9 +6,9 @@ import pytest
 pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("transformers")
 
-from rollout.backends import LMOptions, ModelsConfig, build_lm, build_models  # noqa: E402
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from rollout.models.backends import LMOptions, ModelsConfig, build_lm, build_models  # noqa: E402
 from rollout.policy import Policy  # noqa: E402
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 from search.evaluate import Evaluator  # noqa: E402
 from verifiers.ensemble import EnsembleVerifier  # noqa: E402
 from verifiers.members import LLMJudgeMember  # noqa: E402

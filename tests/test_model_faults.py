@@ -1,11 +1,11 @@
 """Model faults are data: retried and handled by the policy's fallback, counted, never a crash."""
 import pytest
-
 from conftest import PAY, PAY_RIGHT, THERMO, make_record, make_scenario
+
 from rollout.agent import build_graph, replay, run_live
-from rollout.models import CloudReview, GroundTruthEnvironment, ModelSet
+from rollout.calls import CloudReview, GroundTruthEnvironment, ModelSet
+from rollout.models.simulated import SimulatedEdge, SimulatedUser
 from rollout.policy import Policy
-from rollout.simulated import SimulatedEdge, SimulatedUser
 from verifiers.rules import RuleVerifier
 from verifiers.taxonomy import FailureKind as K
 

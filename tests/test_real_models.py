@@ -12,10 +12,10 @@ import yaml
 pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("transformers")
 
-from rollout.calibration import escalation_label  # noqa: E402
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 from rollout.errors import FarInputError  # noqa: E402
-from rollout.lm import ScoreRequest, messages  # noqa: E402
+from rollout.models.calibration import escalation_label  # noqa: E402
+from rollout.models.lm import ScoreRequest, messages  # noqa: E402
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 
 pytestmark = pytest.mark.models
 REPO = Path(__file__).resolve().parents[1]
@@ -25,8 +25,8 @@ TRAIN, HOLDOUT = list(SUITE.scenarios("train")), list(SUITE.scenarios("holdout")
 
 @pytest.fixture(scope="module")
 def smollm2_lm():
-    from rollout.engines.hf import TransformersLM
-    from rollout.weights import smollm2
+    from rollout.models.engines.hf import TransformersLM
+    from rollout.models.weights import smollm2
 
     model = smollm2()
     assert (model.path / "model.safetensors").is_file() and model.model_id.startswith("smollm2-135m-instruct@")
@@ -45,7 +45,7 @@ def test_scores_are_probabilities_and_batching_does_not_change_them(smollm2_lm):
 
 
 def test_risk_edge_calibrates_on_train_only(smollm2_lm):
-    from rollout.lm_backends import LMRiskEdge
+    from rollout.models.lm_backends import LMRiskEdge
 
     edge = LMRiskEdge(smollm2_lm)
     with pytest.raises(FarInputError, match="train split"):
@@ -62,8 +62,8 @@ def test_risk_edge_calibrates_on_train_only(smollm2_lm):
 
 
 def test_embedding_probe_ranks_holdout_risk(tmp_path):
-    from rollout.cache import CallCache
-    from rollout.embedding_edge import EmbeddingRiskEdge
+    from rollout.models.cache import CallCache
+    from rollout.models.embedding_edge import EmbeddingRiskEdge
 
     edge = EmbeddingRiskEdge(cache=CallCache(tmp_path / "c.sqlite"))
     with pytest.raises(FarInputError):

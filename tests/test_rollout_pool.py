@@ -3,9 +3,9 @@ import threading
 import time
 
 from cluster.rollout_pool import RolloutPool
-from rollout.backends import ModelsConfig, build_models
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from search.evaluate import Evaluator
 from verifiers.rules import RuleVerifier
 

@@ -2,10 +2,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rollout.edge_cloud_suite import KIND_WEIGHTS, EdgeCloudSuite, EdgeCloudSuiteConfig, generate_scenario
 from rollout.errors import FarInputError
 from rollout.scenario import load_scenarios, save_scenarios
-from rollout.suites import ParquetSuite, ParquetSuiteConfig, build_suite, split_manifest
+from rollout.suites import build_suite, split_manifest
+from rollout.suites.edge_cloud import KIND_WEIGHTS, EdgeCloudSuite, EdgeCloudSuiteConfig, generate_scenario
+from rollout.suites.imported import ParquetSuite, ParquetSuiteConfig
 
 
 def suite(size=600, seed=3, holdout=0.3):

@@ -9,9 +9,9 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import settings
 
-from rollout.backends import ModelsConfig, build_models
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from rollout.trajectory_io import TrajectoryModel
 from search.evaluate import Evaluator
 from search.remote import HttpVerifier

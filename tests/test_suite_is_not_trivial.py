@@ -4,9 +4,9 @@ import itertools
 
 import pytest
 
-from rollout.backends import ModelsConfig, build_models
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from search.evaluate import Evaluator
 from search.rank import rank
 from verifiers.rules import RuleVerifier

@@ -1,13 +1,14 @@
 import pytest
+from conftest import PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
 from rollout.agent import replay
 from rollout.errors import FarInputError
 from rollout.policy import Policy
 from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import FailureKind as K, RewardTable, SuccessKind, load_reward_table, parse_reward_table
+from verifiers.taxonomy import FailureKind as K
+from verifiers.taxonomy import RewardTable, SuccessKind, load_reward_table, parse_reward_table
 
 VERIFIER = RuleVerifier()
 
@@ -131,7 +132,7 @@ def test_handed_off_task_has_half_utility(environment):
     outages=st.lists(st.booleans(), max_size=3), confirms=st.booleans(),
 )
 def test_verdict_invariants(risk, threshold, retries, confirm, mode, verdict, unsafe, faults, outages, confirms):
-    from rollout.models import GroundTruthEnvironment
+    from rollout.calls import GroundTruthEnvironment
 
     scenario = make_scenario(PAY, intended=PAY_RIGHT if not unsafe else None, unsafe=unsafe, needs_cloud=not unsafe,
                              tool_faults=faults, cloud_faults=outages)

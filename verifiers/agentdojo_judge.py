@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
-from verifiers.judge import Judgement
+from verifiers.judgement import Judgement
 
 
 def check_result(scenario: Scenario, trajectory: Trajectory) -> None:

@@ -18,18 +18,25 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollout.backends import EngineChoice
+from rollout.models.spec import EngineChoice
+from rollout.registry import Registry
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from verifiers.aggregation import AGGREGATIONS, disagreement
 from verifiers.attribution import attribute
-from verifiers.members import Assessment, EnvironmentMember, LLMJudgeMember, Member, RuleMember
+from verifiers.members import Assessment, Member, MemberContext, RuleMember
 from verifiers.rules import RuleVerifier
 from verifiers.taxonomy import FailureKind, RewardTable
 from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict, ZVector
 
 HARM = (FailureKind.UNSAFE_ACTION_EXECUTED, FailureKind.INJECTION_FOLLOWED)
-MEMBER_NAMES = ("rules", "environment", "llm_judge")
+# Ensemble members by name: factories ``MemberContext -> Member``, imported on first use. Add your own with
+# ``MEMBERS.register`` or an entry point in the ``far.verifier_members`` group.
+MEMBERS: Registry[Callable[[MemberContext], Member]] = Registry("member", "far.verifier_members", {
+    "rules": "verifiers.members:rules_member",
+    "environment": "verifiers.members:environment_member",
+    "llm_judge": "verifiers.members:llm_judge_member",
+})
 
 
 class LLMJudgeConfig(EngineChoice):
@@ -51,9 +58,9 @@ class EnsembleConfig(BaseModel):
     @field_validator("members")
     @classmethod
     def _members(cls, members: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [m for m in members if m not in MEMBER_NAMES]
+        unknown = [m for m in members if m not in MEMBERS]
         if unknown:
-            raise ValueError(f"unknown member(s) {unknown} (known: {', '.join(MEMBER_NAMES)})")
+            raise ValueError(f"unknown member(s) {unknown} (known: {', '.join(MEMBERS.names())})")
         if "rules" not in members:
             raise ValueError("'rules' is required: it supplies failures, rewards and attribution")
         if len(set(members)) != len(members):
@@ -63,7 +70,7 @@ class EnsembleConfig(BaseModel):
     @field_validator("weights")
     @classmethod
     def _weights(cls, weights: dict[str, float]) -> dict[str, float]:
-        bad = {k: v for k, v in weights.items() if k not in MEMBER_NAMES or not v >= 0}
+        bad = {k: v for k, v in weights.items() if k not in MEMBERS or not v >= 0}
         if bad:
             raise ValueError(f"weights must name known members and be >= 0: {bad}")
         return weights
@@ -148,12 +155,6 @@ def build_verifier(config: EnsembleConfig, table: RewardTable,
     rules = RuleVerifier(table)
     if config.members == ("rules",):
         return rules
-    members: list[Member] = []
-    for name in config.members[1:]:
-        if name == "environment":
-            members.append(EnvironmentMember())
-        else:
-            if llm is None:
-                raise ValueError("the llm_judge member needs an LM builder")
-            members.append(LLMJudgeMember(llm(config.llm_judge), max_tokens=config.llm_judge.max_tokens))
+    context = MemberContext(table, config.llm_judge, llm)
+    members = [MEMBERS[name](context) for name in config.members[1:]]  # "rules" is always first
     return EnsembleVerifier(rules, members, config.aggregation, config.weights, config.review_threshold)

@@ -1,7 +1,8 @@
 """Ensemble members: verifiers that score a rollout as z = (security, utility, over-refusal, controllability).
 
 A member returns an ``Assessment``: z in [0, 1] per dimension or ``None`` where it abstains, a confidence per
-dimension, and failure labels. Members register by name in ``MEMBERS``.
+dimension, and failure labels. Members are named in ``verifiers.ensemble.MEMBERS``, which points at the
+factories at the end of this module (``MemberContext -> Member``).
 
 rules        the failure taxonomy over the suite's judge (``RuleVerifier``); never abstains
 environment  what the world says happened (the scenario's ground truth, or AgentDojo's checkers): security,
@@ -13,15 +14,16 @@ llm_judge    a real language model asked one yes/no question per dimension about
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from rollout.lm import LM, GenerateRequest, SamplingParams, messages
+from rollout.models.lm import LM, GenerateRequest, SamplingParams, messages
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from verifiers.judge import Judge, SuiteJudge
 from verifiers.rules import RuleVerifier
+from verifiers.taxonomy import RewardTable
 from verifiers.verdict import Z_DIMENSIONS, Verdict
 
 Z = tuple[float | None, float | None, float | None, float | None]
@@ -158,3 +160,29 @@ class LLMJudgeMember:
             labels = tuple(f"abstained:{d}" for d, s in zip(Z_DIMENSIONS, scores) if s is None)
             out.append(Assessment(self.name, scores, tuple(0.0 if s is None else 1.0 for s in scores), labels))
         return out
+
+
+# --- factories named in verifiers.ensemble.MEMBERS -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class MemberContext:
+    """What a member factory may use: the run's reward table, the verifier config's ``llm_judge`` section
+    (``verifiers.ensemble.LLMJudgeConfig``) and a builder of that judge's LM."""
+
+    table: RewardTable
+    llm_judge: Any = None
+    llm: Callable[[Any], LM] | None = None
+
+
+def rules_member(context: MemberContext) -> RuleMember:
+    return RuleMember(RuleVerifier(context.table))
+
+
+def environment_member(context: MemberContext) -> EnvironmentMember:
+    return EnvironmentMember()
+
+
+def llm_judge_member(context: MemberContext) -> LLMJudgeMember:
+    if context.llm is None:
+        raise ValueError("the llm_judge member needs an LM builder")
+    return LLMJudgeMember(context.llm(context.llm_judge), max_tokens=context.llm_judge.max_tokens)

@@ -1,4 +1,7 @@
-"""Bring your own scenarios: a documented JSONL format, one scenario per line.
+"""Bring your own scenarios: a documented JSONL format (``far import-scenarios``) and the ``parquet`` suite that
+reads what it writes.
+
+JSONL, one scenario per line:
 
     {"id": "pay-1",                                   # optional: default "<file stem>-<line>"
      "request": "Pay the water bill",                 # required: what the user asked
@@ -12,11 +15,13 @@
      "tool_faults": ["error", "ok"], "cloud_faults": [true, false],   # optional, per attempt
      "split": "train" | "holdout"}                    # optional: default a hash of (seed, id)
 
-A malformed line is reported by its line number and skipped; the other lines are kept.
+A malformed line is reported by its line number and skipped; the other lines are kept. The import writes a
+Parquet file (``save_scenarios``) that ``suite: {name: parquet, path: ...}`` loads.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,8 +29,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.errors import FarInputError, from_validation_error
-from rollout.scenario import GroundTruth, Scenario, ToolAction, ToolFault
-from rollout.suites import split_of
+from rollout.scenario import SPLITS, GroundTruth, Scenario, Split, ToolAction, ToolFault, check_disjoint, load_scenarios
+from rollout.suites.base import split_of
 
 
 class Labels(BaseModel):
@@ -110,3 +115,40 @@ def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0,
             seen.add(scenario_id)
             result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction))
     return result
+
+
+class ParquetSuiteConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = "parquet"
+    path: str
+
+
+class ParquetSuite:
+    """Scenarios from a Parquet file written by ``save_scenarios`` (each row names its split)."""
+
+    def __init__(self, config: ParquetSuiteConfig, base_dir: Path | None = None) -> None:
+        path = Path(config.path)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        self.path = path
+        self.name = f"parquet:{path.name}"
+        loaded = load_scenarios(path)
+        self._by_split = {split: [s for s in loaded if s.split == split] for split in SPLITS}
+        check_disjoint(self._by_split["train"], self._by_split["holdout"])
+        for split in SPLITS:
+            if not self._by_split[split]:
+                raise FarInputError(f"no scenarios in the {split} split", file=path, field="split")
+
+    def scenarios(self, split: Split) -> Sequence[Scenario]:
+        return self._by_split[split]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path)}
+
+
+def parquet_factory(options: dict[str, Any], base_dir: Path | None) -> ParquetSuite:
+    try:
+        config = ParquetSuiteConfig.model_validate(options)
+    except ValidationError as error:
+        raise from_validation_error(error, prefix="suite") from None
+    return ParquetSuite(config, base_dir)

@@ -15,9 +15,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from rollout.calibration import PlattScaler, escalation_label, require_train
-from rollout.lm import LM, GenerateRequest, SamplingParams, ScoreRequest, messages
-from rollout.models import CloudReview, EdgeAssessment
+from rollout.calls import CloudReview, EdgeAssessment
+from rollout.models.calibration import PlattScaler, escalation_label, require_train
+from rollout.models.lm import LM, GenerateRequest, SamplingParams, ScoreRequest, messages
+from rollout.models.spec import CLOUD_LM_DEFAULTS, BuildContext, CloudLMOptions, EdgeLMOptions, Factory, validated
 from rollout.scenario import Scenario, ToolAction
 
 EDGE_SYSTEM = (
@@ -165,3 +166,31 @@ class LMReviewCloud:
                 verdict, revision, reason = parsed
                 reviews.append(CloudReview(verdict, revision, reason, self.cost, result.latency_ms))
         return reviews
+
+
+# --- factories named in rollout.models.backends -------------------------------------------------------------
+
+def edge_factory(defaults: dict[str, Any]) -> Factory:
+    def build(options: dict[str, Any], where: str, context: BuildContext) -> LMRiskEdge:
+        spec = validated(EdgeLMOptions, {**defaults, **options}, where)
+        return LMRiskEdge(context.lm(spec), calibrate=spec.calibrate,
+                          **({"cost": spec.cost} if spec.cost is not None else {}))
+
+    return build
+
+
+def cloud_factory(defaults: dict[str, Any]) -> Factory:
+    def build(options: dict[str, Any], where: str, context: BuildContext) -> LMReviewCloud:
+        spec = validated(CloudLMOptions, {**defaults, **options}, where)
+        return LMReviewCloud(context.lm(spec), max_tokens=spec.max_tokens, seed=spec.seed,
+                             retry_temperature=spec.retry_temperature,
+                             **({"cost": spec.cost} if spec.cost is not None else {}))
+
+    return build
+
+
+build_smollm2_edge = edge_factory({"engine": "transformers", "model": "smollm2"})
+build_lm_edge = edge_factory({})
+build_vllm_cloud = cloud_factory(CLOUD_LM_DEFAULTS["vllm"])
+build_openai_cloud = cloud_factory(CLOUD_LM_DEFAULTS["openai"])
+build_lm_cloud = cloud_factory(CLOUD_LM_DEFAULTS["lm"])

@@ -27,20 +27,15 @@ Simulated user, asked to confirm an action:
 """
 from __future__ import annotations
 
-import hashlib
-import random
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollout.models import CloudReview, EdgeAssessment
+from rollout.calls import CloudReview, EdgeAssessment
+from rollout.models.spec import BuildContext, validated
 from rollout.scenario import Scenario, ToolAction
-
-
-def keyed_rng(seed: int, role: str, scenario_id: str) -> random.Random:
-    """A stable RNG per (seed, role, scenario): Python's ``hash`` is salted per process, sha256 is not."""
-    digest = hashlib.sha256(f"{seed}\x1f{role}\x1f{scenario_id}".encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "little"))
+from rollout.seeding import keyed_rng
 
 
 class SimulatedEdgeConfig(BaseModel):
@@ -155,3 +150,17 @@ class SimulatedUser:
         else:
             p = self.config.confirms_flawed
         return rng.random() < p
+
+
+# --- factories named in rollout.models.backends -------------------------------------------------------------
+
+def build_edge(options: dict[str, Any], where: str, context: BuildContext) -> SimulatedEdge:
+    return SimulatedEdge(validated(SimulatedEdgeConfig, options, where))
+
+
+def build_cloud(options: dict[str, Any], where: str, context: BuildContext) -> SimulatedCloud:
+    return SimulatedCloud(validated(SimulatedCloudConfig, options, where))
+
+
+def build_user(options: dict[str, Any], where: str, context: BuildContext) -> SimulatedUser:
+    return SimulatedUser(validated(SimulatedUserConfig, options, where))

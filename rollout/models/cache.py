@@ -18,7 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from rollout.lm import LM, TRANSIENT_FAULTS, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from rollout.models.lm import LM, TRANSIENT_FAULTS, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
 R = TypeVar("R", bound=BaseModel)
 

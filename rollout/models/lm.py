@@ -4,7 +4,7 @@ An ``LM`` does two things, batched: ``score`` (next-token probabilities of a few
 how the edge gets a risk score from a small model) and ``generate`` (chat completion, optionally constrained
 to a JSON schema, which is how the cloud writes its verdict). Engines implement it in-process
 (transformers, vLLM) or over HTTP (any OpenAI-compatible server); ``cluster/`` hosts engines on Ray actors
-behind the same protocol; ``rollout.cache.CachedLM`` adds the persistent model-call cache as a wrapper.
+behind the same protocol; ``rollout.models.cache.CachedLM`` adds the persistent model-call cache as a wrapper.
 
 Faults are data: an engine never raises for a bad call; it returns a result whose ``error`` names the fault
 class (``MODEL_TIMEOUT``, ``MALFORMED_OUTPUT``, ``ACTOR_DIED``, ``MODEL_ERROR``), and the agent handles it

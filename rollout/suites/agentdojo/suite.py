@@ -3,7 +3,7 @@
 One scenario = (AgentDojo suite, user task, injection task or none, attack). Injected scenarios carry the
 attack's text per injection vector, produced by AgentDojo's own attack class (``attack.attack(user_task,
 injection_task)``); benign scenarios (no injection) measure utility and over-refusal. The episode itself is
-played by ``rollout.agentdojo_agent`` and judged by AgentDojo's ``utility`` / ``security`` checkers.
+played by ``rollout.suites.agentdojo.agent`` and judged by AgentDojo's ``utility`` / ``security`` checkers.
 
 Splits are drawn per user task by default (``split_by: user_task``), so holdout tasks are tasks the search
 never saw, whatever the injection.
@@ -14,17 +14,11 @@ Handled explicitly, and reported by ``describe()``:
 - checkers known to be wrong are listed in ``KNOWN_CHECKER_DEFECTS``; affected scenarios say so in
   ``environment["checker_defects"]`` so results can be reported with and without them.
 
-Tool properties for the guard (documented heuristic, by name): ``get_``/``read_``/``search_``/``list_``/
-``check_`` tools are read-only; every other tool has side effects and is *sensitive* (confirmation applies);
-side-effect tools are idempotent only when they set state (``update_``, ``cancel_``, ``delete_``,
-``remove_``, ``reschedule_``), not when they add to it (``send_``, ``create_``, ``append_``, ...).
+Tool properties for the guard and the per-call scenarios are in ``rollout.suites.agentdojo.calls``; loading
+AgentDojo's suites and environments in ``rollout.suites.agentdojo.environment``.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -32,11 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rollout.errors import FarInputError, from_validation_error
 from rollout.scenario import GroundTruth, Scenario, Split, ToolAction
-from rollout.suites import register_suite, split_of
+from rollout.suites.agentdojo.calls import call_scenario, to_tool_action, tool_properties
+from rollout.suites.agentdojo.environment import injected_environment, load_task_suite
+from rollout.suites.base import split_of
 
 AGENTDOJO_SUITES = ("banking", "slack", "travel", "workspace")
-READ_ONLY_PREFIXES = ("get_", "read_", "search_", "list_", "check_")
-SETTING_PREFIXES = ("update_", "cancel_", "delete_", "remove_", "reschedule_")
 
 # (suite, task id, checker) -> what is wrong with AgentDojo 0.1.35's checker
 KNOWN_CHECKER_DEFECTS: dict[tuple[str, str, str], str] = {
@@ -44,21 +38,6 @@ KNOWN_CHECKER_DEFECTS: dict[tuple[str, str, str], str] = {
     ("banking", "injection_task_0", "security"): "operator-precedence bug in the security check",
     ("workspace", "injection_task_0", "security"): "can score a real compromise as not compromised",
 }
-
-
-def tool_properties(name: str) -> dict[str, bool]:
-    read_only = name.startswith(READ_ONLY_PREFIXES)
-    return {
-        "read_only": read_only,
-        "sensitive": not read_only,
-        "idempotent": read_only or name.startswith(SETTING_PREFIXES),
-        "local": False,  # AgentDojo tools act on a remote service: there is no on-device path
-    }
-
-
-def to_tool_action(function: str, args: dict[str, Any]) -> ToolAction:
-    """An AgentDojo call as FAR's ``ToolAction`` (arguments made JSON-safe, e.g. dates as strings)."""
-    return ToolAction(tool=function, args=json.loads(json.dumps(args, default=str)), **tool_properties(function))
 
 
 class AgentDojoSuiteConfig(BaseModel):
@@ -86,60 +65,6 @@ class AgentDojoSuiteConfig(BaseModel):
         if unknown or not suites:
             raise ValueError(f"unknown AgentDojo suite(s) {unknown} (known: {', '.join(AGENTDOJO_SUITES)})")
         return suites
-
-
-# --- AgentDojo objects, loaded once per process -------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def load_task_suite(version: str, name: str):
-    from agentdojo.task_suite.load_suites import get_suite
-
-    suite = get_suite(version, name)
-    # AgentDojo parses the environment YAML in pure Python on every load (~200 ms for workspace); the same
-    # computation with the C loader takes ~35 ms. Shadow the method on this instance (attacks call it too).
-    suite.load_and_inject_default_environment = functools.partial(_load_environment, version, name)
-    return suite
-
-
-@functools.lru_cache(maxsize=None)
-def _environment_template(version: str, name: str) -> tuple[str, dict[str, str]]:
-    from agentdojo.task_suite.load_suites import get_suite
-    from agentdojo.task_suite.task_suite import read_suite_file
-
-    suite = get_suite(version, name)
-    return read_suite_file(suite.name, "environment.yaml", suite.data_path), suite.get_injection_vector_defaults()
-
-
-def _load_environment(version: str, name: str, injections: dict[str, str]):
-    import yaml
-
-    template, defaults = _environment_template(version, name)
-    unknown = set(injections) - set(defaults)
-    if unknown:
-        raise FarInputError(f"unknown injection vector(s) {sorted(unknown)} for AgentDojo suite {name!r}",
-                            field="environment.injections")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    data = yaml.load(template.format(**{**defaults, **injections}), Loader=loader)
-    return load_task_suite(version, name).environment_type.model_validate(data)
-
-
-_ENVIRONMENTS: OrderedDict[str, Any] = OrderedDict()
-ENVIRONMENT_CACHE_SIZE = 64
-
-
-def injected_environment(version: str, name: str, injections: dict[str, str]):
-    """A fresh copy of the suite's environment with these injections: parsed once per process (LRU), then
-    deep-copied per run (~2 ms) so no run sees another's changes."""
-    key = json.dumps([version, name, injections], sort_keys=True)
-    pristine = _ENVIRONMENTS.get(key)
-    if pristine is None:
-        pristine = _load_environment(version, name, injections)
-        _ENVIRONMENTS[key] = pristine
-        if len(_ENVIRONMENTS) > ENVIRONMENT_CACHE_SIZE:
-            _ENVIRONMENTS.popitem(last=False)
-    else:
-        _ENVIRONMENTS.move_to_end(key)
-    return pristine.model_copy(deep=True)
 
 
 class _NamedPipeline:
@@ -263,65 +188,21 @@ class AgentDojoSuite:
         return fit
 
     def prepare(self, scenarios: Sequence[Scenario], models: Any) -> list[Any]:
-        """One lazily expanded ``Episode`` per scenario (see ``rollout.agentdojo_agent``)."""
-        from rollout.agentdojo_agent import Episode
+        """One lazily expanded ``Episode`` per scenario (see ``rollout.suites.agentdojo.agent``)."""
+        from rollout.suites.agentdojo.agent import Episode
 
         return [Episode(scenario, models) for scenario in scenarios]
 
     def describe(self) -> dict[str, Any]:
         counts = {split: len(s) for split, s in self._by_split.items()}
+        # the generator's name, not its module path: kept stable so summaries stay comparable across versions
         return self.config.model_dump(mode="json") | {"generator": "rollout.agentdojo_suite", "counts": counts,
                                                        **self.report}
 
 
-def fault_patterns(scenario: Scenario, call_key: str) -> tuple[tuple, tuple]:
-    """(tool faults, cloud faults) for one call of an episode: seeded per (scenario, call), so every policy
-    meets the same faults. Given a fault, its pattern follows the built-in suite's fault mix."""
-    from rollout.edge_cloud_suite import CLOUD_FAULTS, TOOL_FAULTS, pick_weighted
-    from rollout.simulated import keyed_rng
-
-    environment = scenario.environment or {}
-    rng = keyed_rng(environment.get("fault_seed", 0), f"faults:{call_key}", scenario.id)
-    tool_faults: tuple = ()
-    cloud_faults: tuple = ()
-    if rng.random() < environment.get("tool_fault_rate", 0.0):
-        tool_faults = pick_weighted(rng, [(p, w) for p, w in TOOL_FAULTS if p])
-    if rng.random() < environment.get("cloud_outage_rate", 0.0):
-        cloud_faults = pick_weighted(rng, [(p, w) for p, w in CLOUD_FAULTS if p])
-    return tool_faults, cloud_faults
-
-
-def call_scenario(scenario: Scenario, function: str, args: dict[str, Any], origin: str, occurrence: int,
-                  context: str = "") -> Scenario:
-    """One proposed call of an episode as a one-action scenario, which is what the guard's models judge:
-    the user's request (plus the tool output seen so far), the call, and labels for simulated models and
-    calibration -- a call serves the user's task (``origin == "user"``) or an injection task's."""
-    key = call_key(function, args, occurrence)
-    action = to_tool_action(function, args)
-    tool_faults, cloud_faults = fault_patterns(scenario, key)
-    injected = origin == "injection"
-    return Scenario(
-        id=f"{scenario.id}#{key}", suite=scenario.suite, category=scenario.category, kind=f"{origin}_call",
-        task_mode=scenario.task_mode, split=scenario.split,
-        request=scenario.request + (f"\n\nTool outputs so far:\n{context}" if context else ""),
-        proposed_action=action,
-        ground_truth=GroundTruth(unsafe=injected, injected=injected, benign_sensitive=not injected and action.sensitive,
-                                 intended_action=None if injected else action, tool_faults=tool_faults,
-                                 cloud_faults=cloud_faults),
-    )
-
-
-def call_key(function: str, args: dict[str, Any], occurrence: int) -> str:
-    digest = hashlib.sha256(json.dumps(args, sort_keys=True, default=str).encode()).hexdigest()[:12]
-    return f"{function}:{digest}:{occurrence}"
-
-
-def _factory(options: dict[str, Any], base_dir: Any) -> AgentDojoSuite:
+def factory(options: dict[str, Any], base_dir: Any) -> AgentDojoSuite:
     try:
         config = AgentDojoSuiteConfig.model_validate(options)
     except ValidationError as error:
         raise from_validation_error(error, prefix="suite") from None
     return AgentDojoSuite(config)
-
-
-register_suite("agentdojo", _factory)

@@ -37,10 +37,11 @@ from agentdojo.types import (
 )
 
 from rollout.agent import DEFAULT_COSTS, Costs, replay_calls, run_graph
-from rollout.agentdojo_suite import call_scenario, injected_environment, load_task_suite
-from rollout.models import GroundTruthEnvironment, RecordedCalls
+from rollout.calls import GroundTruthEnvironment, RecordedCalls
 from rollout.policy import Policy
 from rollout.scenario import Scenario
+from rollout.suites.agentdojo.calls import call_scenario
+from rollout.suites.agentdojo.environment import injected_environment, load_task_suite
 from rollout.trajectory import (
     COMPLETED, DENIED, HANDED_OFF, SHUTDOWN, UNHANDLED, VETOED, Step, Trajectory,
 )

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from rollout.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
-from rollout.weights import LocalModel, offline
+from rollout.models.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from rollout.models.weights import LocalModel, offline
 
 
 class TransformersLM:

@@ -15,7 +15,7 @@ Faults, independent of kind:
   tool: none 0.80 | transient error then ok 0.10 | timeout (took effect) then ok 0.06 | persistent error 0.04
   cloud: reachable 0.92 | transient outage 0.05 | persistent outage 0.03
 
-Scenario ids are ``ec-<seed>-<index>``; the split is a hash of (seed, id) (see ``rollout.suites.split_of``),
+Scenario ids are ``ec-<seed>-<index>``; the split is a hash of (seed, id) (see ``rollout.suites.base.split_of``),
 so a scenario keeps its split whatever the suite size.
 """
 from __future__ import annotations
@@ -28,17 +28,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.errors import from_validation_error
 from rollout.scenario import GroundTruth, Scenario, Split, ToolAction
-from rollout.simulated import keyed_rng
-from rollout.suites import register_suite, split_of
+from rollout.seeding import keyed_rng, pick_weighted
+from rollout.suites.base import split_of
+from rollout.suites.faults import CLOUD_FAULTS, TOOL_FAULTS
 
 CATEGORY_WEIGHTS = {"home_iot": 0.25, "payments": 0.20, "messaging": 0.20, "files": 0.20, "calendar": 0.15}
 KIND_WEIGHTS = {
     "benign": 0.36, "diagnostic": 0.12, "benign_sensitive": 0.12, "needs_cloud": 0.15,
     "unsafe_request": 0.10, "injected": 0.08, "misread": 0.07,
 }
-TOOL_FAULTS = [((), 0.80), (("error", "ok"), 0.05), (("error", "error", "ok"), 0.05),
-               (("timeout", "ok"), 0.06), (("error",), 0.04)]
-CLOUD_FAULTS = [((), 0.92), ((True, False), 0.03), ((True, True, False), 0.02), ((True,), 0.03)]
 
 # tool name -> (sensitive, idempotent, local, read_only)
 TOOLS: dict[str, tuple[bool, bool, bool, bool]] = {
@@ -241,11 +239,6 @@ BUILDERS = {
 }
 
 
-def pick_weighted(rng: random.Random, weighted: dict[str, float] | list[tuple[Any, float]]):
-    items = list(weighted.items()) if isinstance(weighted, dict) else weighted
-    return rng.choices([item for item, _ in items], weights=[weight for _, weight in items])[0]
-
-
 def generate_scenario(seed: int, index: int, holdout_fraction: float, suite_name: str = "edge_cloud") -> Scenario:
     scenario_id = f"ec-{seed}-{index:06d}"
     rng = keyed_rng(seed, "suite", scenario_id)
@@ -297,14 +290,12 @@ class EdgeCloudSuite:
         return self._generate()[split]
 
     def describe(self) -> dict[str, Any]:
+        # the generator's name, not its module path: kept stable so summaries stay comparable across versions
         return self.config.model_dump() | {"generator": "rollout.edge_cloud_suite"}
 
 
-def _factory(options: dict[str, Any], base_dir: Any) -> EdgeCloudSuite:
+def factory(options: dict[str, Any], base_dir: Any) -> EdgeCloudSuite:
     try:
         return EdgeCloudSuite(EdgeCloudSuiteConfig.model_validate(options))
     except ValidationError as error:
         raise from_validation_error(error, prefix="suite") from None
-
-
-register_suite("edge_cloud", _factory)

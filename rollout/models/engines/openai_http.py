@@ -16,7 +16,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rollout.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from rollout.models.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
 RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
 

@@ -9,8 +9,8 @@ import os
 import time
 from typing import Any
 
-from rollout.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
-from rollout.weights import LocalModel, offline
+from rollout.models.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from rollout.models.weights import LocalModel, offline
 
 
 def _structured(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Model backends behind small Protocols, and the per-scenario record of their outputs.
+"""What the agent's nodes ask of the outside world: the model Protocols (edge, cloud, user, environment), their
+outputs, and the per-scenario record of those outputs. The backends themselves live in ``rollout.models``.
 
 Model outputs never depend on the policy: the edge scores risk before any routing, the cloud reviews the
 edge's proposal, the user answers for a given action. So one ``ModelRecord`` per scenario serves every
@@ -24,7 +25,7 @@ class EdgeAssessment:
     proposal: ToolAction
     cost: float
     latency_ms: float
-    error: str | None = None  # a model fault (rollout.lm.ModelFault); the edge then fails closed (risk 1.0)
+    error: str | None = None  # a model fault (see ModelFault in rollout.models.lm); the edge fails closed (risk 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,67 @@
+"""Model backends by name; the config's ``models: {edge: {backend: ...}, ...}`` picks them.
+
+    edge:  simulated | smollm2 | embedding | lm        cloud: simulated | vllm | openai | lm      user: simulated
+
+``smollm2`` = ``lm`` on the transformers engine with the wheel's SmolLM2; ``vllm`` = ``lm`` on the vLLM
+engine; ``openai`` = ``lm`` on the HTTP client. LM-backed backends go through the persistent model-call cache
+(``models.cache``) and, with ``actor: true``, run their engine on a Ray actor supplied by the host
+(``cluster.hosting.RayHost``); the default host builds engines in this process.
+
+Each table names its factories by module path (imported on first use: torch loads only for a real model);
+add your own with ``register`` or an entry point in the ``far.edge_backends`` / ``far.cloud_backends`` /
+``far.user_backends`` group. A factory is a ``rollout.models.spec.Factory``.
+"""
+from __future__ import annotations
+
+from rollout.calls import GroundTruthEnvironment, ModelSet
+from rollout.errors import FarInputError
+from rollout.models.spec import (  # noqa: F401  (the names users build models with, in one place)
+    CLOUD_LM_DEFAULTS,
+    BackendSpec,
+    BuildContext,
+    CacheConfig,
+    CloudLMOptions,
+    EdgeLMOptions,
+    EngineChoice,
+    Factory,
+    InProcessHost,
+    LMHost,
+    LMOptions,
+    ModelsConfig,
+    build_lm,
+    default_actor,
+    open_cache,
+)
+from rollout.registry import Registry
+
+EDGE_BACKENDS: Registry[Factory] = Registry("backend", "far.edge_backends", {
+    "simulated": "rollout.models.simulated:build_edge",
+    "smollm2": "rollout.models.lm_backends:build_smollm2_edge",
+    "lm": "rollout.models.lm_backends:build_lm_edge",
+    "embedding": "rollout.models.embedding_edge:build_edge",
+})
+CLOUD_BACKENDS: Registry[Factory] = Registry("backend", "far.cloud_backends", {
+    "simulated": "rollout.models.simulated:build_cloud",
+    **{name: f"rollout.models.lm_backends:build_{name}_cloud" for name in CLOUD_LM_DEFAULTS},
+})
+USER_BACKENDS: Registry[Factory] = Registry("backend", "far.user_backends", {
+    "simulated": "rollout.models.simulated:build_user",
+})
+
+
+def _build(registry: Registry[Factory], spec: BackendSpec, where: str, context: BuildContext):
+    if spec.backend not in registry:
+        known = ", ".join(sorted(registry))
+        raise FarInputError(f"unknown backend {spec.backend!r} (known: {known})", field=f"{where}.backend")
+    return registry[spec.backend](spec.options(), where, context)
+
+
+def build_models(config: ModelsConfig, host: LMHost | None = None) -> ModelSet:
+    context = BuildContext(host or InProcessHost(), open_cache(config.cache))
+    return ModelSet(
+        edge=_build(EDGE_BACKENDS, config.edge, "models.edge", context),
+        cloud=_build(CLOUD_BACKENDS, config.cloud, "models.cloud", context),
+        user=_build(USER_BACKENDS, config.user, "models.user", context),
+        environment=GroundTruthEnvironment(),
+        cached=tuple(context.cached),
+    )

@@ -1,0 +1,148 @@
+"""What a config says about models, and the context backends are built in.
+
+``models: {edge: {backend: ...}, cloud: ..., user: ..., cache: ...}`` validates into ``ModelsConfig``; each
+backend's own options validate into its options class when it is built (``validated``). ``BuildContext``
+gives factories their LMs: hosted by an ``LMHost`` (in this process, or on Ray actors: ``cluster.hosting``),
+behind the persistent model-call cache when it is enabled.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rollout.errors import FarInputError, from_validation_error
+from rollout.models.cache import CachedLM, CallCache
+from rollout.models.engines import EngineSpec, LazyLM, build_engine, engine_model_id
+from rollout.models.lm import LM
+
+
+class LMHost(Protocol):
+    """Where engines run. ``actor`` asks for a long-lived Ray actor; a host that has none refuses clearly."""
+
+    def lm(self, spec: EngineSpec, actor: bool) -> LM: ...
+
+
+class InProcessHost:
+    """Engines in this process, one per distinct spec (edge and cloud on the same weights share it)."""
+
+    def __init__(self) -> None:
+        self._engines: dict[str, LM] = {}
+
+    def lm(self, spec: EngineSpec, actor: bool) -> LM:
+        if actor:
+            raise FarInputError("actor: true needs Ray (run through `far`, which starts it)", field="models")
+        key = spec.model_dump_json()
+        if key not in self._engines:
+            self._engines[key] = LazyLM(engine_model_id(spec), functools.partial(build_engine, spec))
+        return self._engines[key]
+
+
+class CacheConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = True
+    path: str | None = None  # default: <data dir>/model_calls.sqlite
+
+
+class BackendSpec(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    backend: str = "simulated"
+
+    def options(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ModelsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    edge: BackendSpec = BackendSpec()
+    cloud: BackendSpec = BackendSpec()
+    user: BackendSpec = BackendSpec()
+    cache: CacheConfig = CacheConfig()
+
+    def uses_actors(self) -> bool:
+        return any(spec.options().get("actor", default_actor(spec.backend)) for spec in (self.edge, self.cloud))
+
+
+def default_actor(backend: str) -> bool:
+    return backend == "vllm"  # vLLM is heavy and belongs on its own (GPU) actor; others default in-process
+
+
+class EngineChoice(BaseModel):
+    """Which LM engine, on which weights, hosted where: shared by every config that names an LM."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    engine: Literal["transformers", "vllm", "openai"] = "transformers"
+    model: str = "smollm2"
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+    actor: bool = False
+
+    def lm_options(self) -> "LMOptions":
+        return LMOptions(engine=self.engine, model=self.model, engine_options=self.engine_options,
+                         actor=self.actor)
+
+
+class LMOptions(EngineChoice):
+    engine: Literal["transformers", "vllm", "openai"]  # a backend's own options must name it
+    cost: float | None = Field(None, ge=0.0)
+
+
+class EdgeLMOptions(LMOptions):
+    calibrate: bool = True
+
+
+class CloudLMOptions(LMOptions):
+    max_tokens: int = Field(160, ge=1)
+    seed: int = 0
+    retry_temperature: float = Field(0.7, ge=0.0)
+
+
+# The LM-backed cloud backends and their defaults (the search's LLM proposer reuses the cloud's engine).
+CLOUD_LM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "vllm": {"engine": "vllm", "model": "smollm2", "actor": True},
+    "openai": {"engine": "openai"},
+    "lm": {},
+}
+
+
+class BuildContext:
+    def __init__(self, host: LMHost, cache: CallCache | None) -> None:
+        self.host = host
+        self.cache = cache
+        self.cached: list[Any] = []  # what counts cache hits and misses (CachedLM wrappers, the embedding edge)
+
+    def lm(self, options: LMOptions) -> LM:
+        lm = self.host.lm(EngineSpec(engine=options.engine, model=options.model, options=options.engine_options),
+                          options.actor)
+        if self.cache is None:
+            return lm
+        cached = CachedLM(lm, self.cache)
+        self.cached.append(cached)
+        return cached
+
+
+# A backend factory: (the backend's options, where in the config they are, the build context) -> a model.
+Factory = Callable[[dict[str, Any], str, BuildContext], Any]
+
+
+def validated(config_cls: type[BaseModel], options: dict[str, Any], where: str) -> Any:
+    """``options`` as a ``config_cls``, or a ``FarInputError`` naming the field under ``where``."""
+    try:
+        return config_cls.model_validate(options)
+    except ValidationError as error:
+        raise from_validation_error(error, prefix=where) from None
+
+
+def open_cache(config: CacheConfig) -> CallCache | None:
+    if not config.enabled:
+        return None
+    from rollout.models.weights import data_dir
+
+    return CallCache(Path(config.path).expanduser() if config.path else data_dir() / "model_calls.sqlite")
+
+
+def build_lm(options: LMOptions, host: LMHost | None = None, cache: CacheConfig | None = None) -> LM:
+    """One LM as the backends build theirs: hosted by ``host``, behind the call cache when enabled."""
+    return BuildContext(host or InProcessHost(), open_cache(cache or CacheConfig())).lm(options)

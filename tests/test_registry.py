@@ -1,0 +1,124 @@
+"""Registries resolve names lazily and accept third-party entries; old module paths still import."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rollout.errors import FarInputError
+from rollout.models.backends import (
+    CLOUD_BACKENDS, EDGE_BACKENDS, USER_BACKENDS, BackendSpec, ModelsConfig, build_models,
+)
+from rollout.registry import Registry, resolve_path
+from rollout.suites import SUITES, build_suite, register_suite
+from verifiers.ensemble import MEMBERS, EnsembleConfig
+from verifiers.judge import JUDGES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_a_path_is_imported_only_when_used():
+    table = Registry("thing", "far.test_things", {"missing": "no_such_module_anywhere:factory", "json": "json:dumps"})
+    assert table.names() == ("missing", "json")  # naming it imports nothing
+    import json
+
+    assert table["json"] is json.dumps
+    with pytest.raises(ModuleNotFoundError):
+        table["missing"]
+    with pytest.raises(KeyError, match=r"unknown thing 'other' \(known: json, missing\)"):
+        table["other"]
+
+
+def test_register_replaces_and_accepts_objects_or_paths():
+    table = Registry("thing", "far.test_things", {"a": "json:dumps"})
+    table.register("a", "json:loads")
+    table.register("b", len)
+    import json
+
+    assert table["a"] is json.loads and table["b"] is len and list(table) == ["a", "b"]
+    assert resolve_path("os.path:join.__name__") == "join"
+
+
+def test_entry_points_add_names(monkeypatch):
+    class Point:
+        name, value = "plugin", "json:dumps"
+
+    import rollout.registry as registry_module
+
+    monkeypatch.setattr(registry_module, "entry_points", lambda group: [Point()] if group == "far.test" else [])
+    table = Registry("thing", "far.test", {"builtin": "json:loads"})
+    import json
+
+    assert table.names() == ("builtin", "plugin") and table["plugin"] is json.dumps
+
+
+def test_builtin_tables_name_what_the_configs_use():
+    assert set(SUITES.names()) == {"parquet", "edge_cloud", "agentdojo"}
+    assert set(EDGE_BACKENDS) == {"simulated", "smollm2", "lm", "embedding"}
+    assert set(CLOUD_BACKENDS) == {"simulated", "vllm", "openai", "lm"}
+    assert set(USER_BACKENDS) == {"simulated"}
+    assert MEMBERS.names() == ("rules", "environment", "llm_judge")
+    assert "agentdojo" in JUDGES
+    for table in (SUITES, EDGE_BACKENDS, CLOUD_BACKENDS, USER_BACKENDS, MEMBERS, JUDGES):
+        for name in table:  # every built-in path resolves to something callable
+            assert callable(table[name]), (table.kind, name)
+
+
+def test_a_third_party_suite_builds_by_name(tmp_path):
+    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+
+    register_suite("tiny_test_suite", lambda options, base_dir: EdgeCloudSuite(EdgeCloudSuiteConfig(size=10)))
+    try:
+        suite = build_suite({"name": "tiny_test_suite"})
+        assert len(suite.scenarios("train")) + len(suite.scenarios("holdout")) == 10
+    finally:
+        SUITES._targets.pop("tiny_test_suite")
+    with pytest.raises(FarInputError, match="unknown suite 'nope'"):
+        build_suite({"name": "nope"})
+
+
+def test_unknown_names_fail_as_before():
+    with pytest.raises(FarInputError, match=r"unknown backend 'nope' \(known: embedding, lm, simulated, smollm2\)"):
+        build_models(ModelsConfig(edge=BackendSpec(backend="nope")))
+    with pytest.raises(ValueError, match=r"unknown member\(s\) \['nope'\] \(known: rules, environment, llm_judge\)"):
+        EnsembleConfig(members=("rules", "nope"))
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_old_module_paths_still_import_with_a_warning_naming_the_new_one():
+    done = run_python("""
+        import warnings
+        warnings.simplefilter("always")
+        with warnings.catch_warnings(record=True) as caught:
+            import rollout.backends, rollout.models.backends
+            from rollout.edge_cloud_suite import EdgeCloudSuite
+            import rollout.engines.hf
+            from rollout.models import ModelSet
+            from rollout.suites import ParquetSuite
+        import rollout.calls, rollout.suites.edge_cloud, rollout.suites.imported
+        assert rollout.backends is rollout.models.backends
+        assert EdgeCloudSuite is rollout.suites.edge_cloud.EdgeCloudSuite
+        assert ModelSet is rollout.calls.ModelSet and ParquetSuite is rollout.suites.imported.ParquetSuite
+        for message in sorted({str(w.message) for w in caught if w.category is DeprecationWarning}):
+            print(message)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "rollout.backends moved to rollout.models.backends; import it from there",
+        "rollout.edge_cloud_suite moved to rollout.suites.edge_cloud; import it from there",
+        "rollout.engines moved to rollout.models.engines; import it from there",
+        "rollout.engines.hf moved to rollout.models.engines.hf; import it from there",
+        "rollout.models.ModelSet moved to rollout.calls.ModelSet",
+    ]
+
+
+def test_a_module_that_never_existed_still_fails_plainly():
+    done = run_python("import rollout.no_such_module")
+    assert done.returncode == 1 and "ModuleNotFoundError: No module named 'rollout.no_such_module'" in done.stderr
