@@ -1,12 +1,14 @@
-"""Benchmarks for the policy search (issue 4). Ratios within one run; absolute times are noisy here.
+"""Benchmarks for the policy search (issues 4 and 13). Ratios within one run; absolute times are noisy here.
 
-    python bench/bench_search.py [--seeds 5] [--size 2000]
+    python bench/bench_search.py [--seeds 10] [--skip quality overhead actors]
 
-1. Sample efficiency on a grid of 1,008 policies (21 thresholds x 6 retry counts x 2 x 4 fallback modes):
-   every policy is evaluated once (brute force) to find the lexicographic optimum; then each method proposes
-   policies one at a time, answered from those evaluations, until its best-so-far (by ``search.rank``) ties
-   the optimum: the evolutionary searcher, random search without replacement, and Optuna's NSGA-II
-   (objectives reward and cost, critical failures as ``constraints_func``). Medians over seeds.
+1. Search quality on the default config (``configs/search.yaml``: its suite, its 440-point space, its gate):
+   every grid point is evaluated on train and holdout; the grid's best deployable policy is the best on train
+   by ``search.rank`` (under the gate's cost limit) that passes the gate on holdout. Each method then proposes
+   policies one at a time, answered from those evaluations, until its best so far on train is that policy:
+   the evolutionary searcher (the config's settings), random search (``RandomSearcher``, without
+   replacement), and Optuna's NSGA-II (objectives reward and cost; critical failures and the cost limit as
+   ``constraints_func``). Medians over seeds; also how often the default budget ships that policy.
 2. Tune's overhead per trial with actors reused: a real search run (concurrency 1), per trial the time from
    one trial's end (its report) to the next trial's start (entering the trainable); median.
 3. Speed-up from 1 to 2 rollout actors on the same search (graph engine, so rollouts dominate).
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import time
@@ -24,15 +25,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from rollout.models.backends import build_models  # noqa: E402
 from search.evaluate import Evaluator  # noqa: E402
-from search.evolution import EvolutionarySearcher, config_key  # noqa: E402
-from search.rank import rank, rank_key  # noqa: E402
+from search.config import load_search_config  # noqa: E402
+from search.evolution import EvolutionarySearcher, RandomSearcher, config_key  # noqa: E402
+from search.gate import gate  # noqa: E402
+from search.rank import Constraints, rank_key  # noqa: E402
 from search.space import parse_space  # noqa: E402
 from verifiers.rules import RuleVerifier  # noqa: E402
 
-SPACE = parse_space({"parameters": {
+CONFIG = ROOT / "configs" / "search.yaml"
+SPACE = parse_space({"parameters": {  # the space of the actor/overhead runs below
     "cloud_threshold": {"type": "float", "low": 0.0, "high": 1.0, "grid": [round(i * 0.05, 2) for i in range(21)]},
     "max_retries": {"type": "int", "low": 0, "high": 5},
     "require_confirmation": {"type": "bool"},
@@ -40,99 +43,128 @@ SPACE = parse_space({"parameters": {
 }})
 
 
-def brute_force(size: int) -> dict[str, object]:
-    evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=size, seed=11)),
-                          build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})), RuleVerifier())
-    table = {}
-    for policy in SPACE.grid():
-        config = {name: getattr(policy, name) for name in SPACE.parameters}
-        table[config_key(config)] = evaluator.evaluate("p", policy, "train").result
-    return table
+def exhaustive(loaded) -> tuple[dict, dict]:
+    """Every grid point of the default config's space on train and on holdout (replay engine)."""
+    from rollout.suites import build_suite
+
+    config = loaded.config
+    evaluator = Evaluator(build_suite(config.suite, loaded.base_dir), build_models(config.models),
+                          RuleVerifier(loaded.rewards), config.costs, config.engine, config.gate.confidence)
+    train, holdout = {}, {}
+    names = list(loaded.space.parameters)
+    for policy in loaded.space.grid():
+        key = config_key({name: getattr(policy, name) for name in names})
+        train[key] = evaluator.evaluate("p", policy, "train").result
+        holdout[key] = evaluator.evaluate("p", policy, "holdout").result
+    return train, holdout
 
 
-def steps_to_optimum(proposals, table, optimum_key) -> int | None:
+def gated(result, gate_config) -> bool:
+    return gate(result.critical_failures, result.rollouts_with_critical, result.scenarios, result.mean_cost,
+                gate_config).deploy
+
+
+def steps_to_optimum(proposals, table, optimum_key, constraints) -> int | None:
     best = None
     for step, key in enumerate(proposals, start=1):
         result = table[key]
-        if best is None or rank_key(result) < rank_key(best):
+        if best is None or rank_key(result, constraints) < rank_key(best, constraints):
             best = result
-        if rank_key(best) == optimum_key:
+        if rank_key(best, constraints) == optimum_key:
             return step
     return None
 
 
-def evolutionary(table, seed):
-    searcher = EvolutionarySearcher(SPACE, population=16, seed=seed)
-    for i in range(len(table)):
+def drive(searcher, table, limit):
+    """Suggest / complete one trial at a time, answered from the table (a searcher's own view of a search)."""
+    for i in range(limit):
         config = searcher.suggest(str(i))
         if config is None or config == searcher.FINISHED:
             return
         result = table[config_key(config)]
         searcher.on_trial_complete(str(i), {"critical_failures": result.critical_failures, "reward": result.reward,
-                                            "cost": result.cost})
+                                            "cost": result.cost, "mean_cost": result.mean_cost})
         yield config_key(config)
 
 
-def random_search(table, seed):
-    keys = list(table)
-    random.Random(seed).shuffle(keys)
-    yield from keys
+def evolutionary(loaded, table, seed, constraints):
+    settings = loaded.config.search.evolutionary.model_dump()
+    yield from drive(EvolutionarySearcher(loaded.space, seed=seed, constraints=constraints, **settings), table,
+                     len(table))
 
 
-def nsga2(table, seed):
+def random_search(loaded, table, seed, constraints):
+    yield from drive(RandomSearcher(loaded.space, seed=seed), table, len(table))
+
+
+def nsga2(loaded, table, seed, constraints):
+    """Optuna's NSGA-II: objectives reward (max) and cost (min); constraints critical failures <= 0 and cost per
+    scenario <= the gate's limit (``constraints_func``, values <= 0 are satisfied)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=16,
-                                            constraints_func=lambda trial: [trial.user_attrs["critical"]])
+    limit = constraints.max_mean_cost
+
+    def constraints_func(trial):
+        return [trial.user_attrs["critical"], trial.user_attrs["mean_cost"] - (limit if limit is not None else 1e18)]
+
+    sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=loaded.config.search.evolutionary.population,
+                                            constraints_func=constraints_func)
     study = optuna.create_study(directions=["maximize", "minimize"], sampler=sampler)
-    seen = 0
-    while seen < 3 * len(table):
+    for _ in range(3 * len(table)):
         trial = study.ask()
         config = {name: trial.suggest_categorical(name, list(domain.grid_values()))
-                  for name, domain in SPACE.parameters.items()}
+                  for name, domain in loaded.space.parameters.items()}
         result = table[config_key(config)]
         trial.set_user_attr("critical", float(result.critical_failures))
+        trial.set_user_attr("mean_cost", float(result.mean_cost))
         study.tell(trial, [result.reward, result.cost])
-        seen += 1
         yield config_key(config)  # repeats count: NSGA-II may propose a point again, and pays for it
 
 
-def best_position_within(proposals, table, positions, budget: int) -> int:
-    """The grid position (1 = the optimum) of the best policy found within ``budget`` evaluations."""
-    best = None
-    for step, key in enumerate(proposals, start=1):
-        if step > budget:
-            break
-        if best is None or positions[key] < positions[best]:
-            best = key
-    return positions[best]
+def winner_within_budget(proposals, train, holdout, constraints, gate_config, budget, top_k):
+    """What ``far search`` would ship after ``budget`` trials: the best of the top-k on train that passes the gate
+    on holdout (None if none does)."""
+    seen = list(dict.fromkeys(key for _, key in zip(range(budget), proposals)))
+    for key in sorted(seen, key=lambda k: rank_key(train[k], constraints))[:top_k]:
+        if gated(holdout[key], gate_config):
+            return key
+    return None
 
 
-def sample_efficiency(size: int, seeds: int) -> dict:
+def search_quality(seeds: int) -> dict:
+    """Issue 13: on the default config, evaluations until each method's best so far (``search.rank`` under the gate's
+    cost limit, on train) is the grid's best deployable policy; and what the default budget ships."""
+    loaded = load_search_config(CONFIG, output=str(ROOT / "bench" / "out" / "unused"))
+    config = loaded.config
+    constraints = Constraints.from_gate(config.gate)
     started = time.perf_counter()
-    table = brute_force(size)
-    brute_s = time.perf_counter() - started
-    optimum = rank(list(table.values()))[0]
+    train, holdout = exhaustive(loaded)
+    exhaustive_s = time.perf_counter() - started
+    ordered = sorted(train, key=lambda k: rank_key(train[k], constraints))
+    optimum = next(k for k in ordered if gated(holdout[k], config.gate))
+    optimum_key = rank_key(train[optimum], constraints)
+    out: dict = {"grid": len(train), "exhaustive_s": round(exhaustive_s, 1), "seeds": seeds,
+                 "best_deployable": json.loads(optimum), "its_train_position": ordered.index(optimum) + 1,
+                 "train": {"critical": train[optimum].critical_failures, "reward": train[optimum].reward,
+                           "cost/scn": round(train[optimum].mean_cost, 4)},
+                 "holdout": {"critical": holdout[optimum].critical_failures,
+                             "cost/scn": round(holdout[optimum].mean_cost, 4)}}
     methods = {"evolutionary": evolutionary, "random": random_search, "optuna_nsga2": nsga2}
-    out: dict = {"grid": len(table), "brute_force_s": brute_s,
-                 "optimum": optimum.policy.model_dump(mode="json"),
-                 "optimum_key": [optimum.critical_failures, optimum.reward, optimum.cost]}
-    ordered = sorted(table, key=lambda k: rank_key(table[k]))
-    positions = {key: 1 + next(i for i, other in enumerate(ordered) if rank_key(table[other]) == rank_key(table[key]))
-                 for key in table}  # ties share the better position
-    budget = len(table) // 10
-    out["equal_budget"] = budget
+    budget, top_k = config.search.budget, config.search.top_k
     for name, method in methods.items():
-        steps = [steps_to_optimum(method(table, seed), table, rank_key(optimum)) for seed in range(seeds)]
-        at_budget = [best_position_within(method(table, seed), table, positions, budget) for seed in range(seeds)]
+        steps = [steps_to_optimum(method(loaded, train, seed, constraints), train, optimum_key, constraints)
+                 for seed in range(seeds)]
+        shipped = [winner_within_budget(method(loaded, train, seed, constraints), train, holdout, constraints,
+                                        config.gate, budget, top_k) for seed in range(seeds)]
+        proposals = [list(method(loaded, train, seed, constraints))[:len(train)] for seed in range(seeds)]
         reached = [s for s in steps if s is not None]
-        out[name] = {"evaluations": steps,
-                     "best_grid_position_at_equal_budget": at_budget,
-                     "optimum_reached_within_budget": sum(p == 1 for p in at_budget),
-                     "median": statistics.median(reached) if len(reached) == len(steps) else None,
-                     "median_fraction_of_grid": (statistics.median(reached) / len(table)
-                                                 if len(reached) == len(steps) else None)}
+        median = statistics.median(reached) if len(reached) == len(steps) else None
+        out[name] = {"evaluations": steps, "median": median,
+                     "median_fraction_of_grid": round(median / len(train), 4) if median else None,
+                     f"ships_best_deployable_within_budget_{budget}": sum(k == optimum for k in shipped),
+                     "repeats_in_first_grid_size_proposals": [len(p) - len(set(p)) for p in proposals]}
+        print(name, json.dumps(out[name]), flush=True)
     return out
 
 
@@ -196,15 +228,14 @@ def main() -> None:
     import ray
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seeds", type=int, default=5)
-    parser.add_argument("--size", type=int, default=2000)
+    parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "search.json"))
-    parser.add_argument("--skip", nargs="*", default=[], choices=["efficiency", "overhead", "actors"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["quality", "overhead", "actors"])
     args = parser.parse_args()
     results: dict = {}
-    if "efficiency" not in args.skip:
-        results["sample_efficiency"] = sample_efficiency(args.size, args.seeds)
-        print(json.dumps(results["sample_efficiency"]), flush=True)
+    if "quality" not in args.skip:
+        results["search_quality"] = search_quality(args.seeds)
+        print(json.dumps(results["search_quality"]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         if "overhead" not in args.skip:

@@ -13,8 +13,23 @@ import yaml
 from rollout.errors import FarInputError
 
 
+def _umask() -> int:
+    """The process umask: read from /proc where there is one (setting it to read it races other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
-    """Write through ``write(tmp_path)`` then rename over ``path``: readers see the old or the new file, never half."""
+    """Write through ``write(tmp_path)`` then rename over ``path``: readers see the old or the new file, never half.
+    The file gets the permissions a plain ``open`` would give it (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -23,6 +38,7 @@ def _atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
         write(tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -54,7 +70,13 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FarInputError("file not found", file=path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[:error.start].count(b"\n") + 1
+        raise FarInputError(f"not UTF-8 text (byte {error.start}, line {line})", file=path) from None
+    except OSError as error:
+        raise FarInputError(f"cannot read the file ({error.strerror or type(error).__name__})", file=path) from None
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text)

@@ -26,7 +26,7 @@ class FallbackMode(str, Enum):
 class Policy(BaseModel):
     """The four seed parameters. Extra fields are rejected: new ones enter through a declared policy space."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=True, validate_default=True)
 
     cloud_threshold: float = Field(0.7, ge=0.0, le=1.0, description="edge risk >= threshold escalates to the cloud")
     max_retries: int = Field(1, ge=0, le=MAX_RETRIES_LIMIT, description="retries per failing operation")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -34,11 +35,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from rollout.io import write_json_atomic, write_parquet_atomic
     from rollout.models.backends import build_models
     from rollout.scenario import SPLITS, scenarios_to_table
-    from rollout.suites import build_suite, split_manifest
-    from search.config import load_evaluate_config, make_verifier
+    from rollout.suites import split_manifest
+    from search.config import load_evaluate_config, load_suite, make_verifier
     from search.evaluate import Evaluator
     from search.gate import gate
-    from search.rank import rank
+    from search.rank import Constraints, rank
     from search.report import attribution_table, gate_table, results_table
     from search.results import breakdown
     from search.sensitivity import Evaluated, review_rows, sensitivity, sensitivity_table
@@ -48,7 +49,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     config = loaded.config
     if args.engine:
         config = config.model_copy(update={"engine": args.engine})
-    suite = build_suite(config.suite, loaded.base_dir)
+    suite = load_suite(loaded)
     host = None
     judge_on_actor = "llm_judge" in config.verifier.members and config.verifier.llm_judge.actor
     if config.models.uses_actors() or judge_on_actor:
@@ -60,11 +61,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     evaluator = Evaluator(suite, models, verifier, config.costs, config.engine, config.gate.confidence,
                           progress=_progress)
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
-    for split, size in sizes.items():
-        if size == 0:
-            raise FarInputError(f"the {split} split is empty: train and holdout both need scenarios "
-                                "(raise suite.size or change suite.holdout_fraction)", file=loaded.source,
-                                field="suite")
+
     def label(model) -> str:
         return f"{model.name} (SIMULATED)" if getattr(model, "simulated", True) else model.name
 
@@ -92,7 +89,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         r.policy_name: gate(r.critical_failures, r.rollouts_with_critical, r.scenarios, r.mean_cost, config.gate)
         for r in by_split["holdout"]
     }
-    ranking = [r.policy_name for r in rank(by_split["train"])]
+    ranking = [r.policy_name for r in rank(by_split["train"], Constraints.from_gate(config.gate))]
     ordered = [r for name in ranking for r in results if r.policy_name == name]
 
     print()
@@ -105,7 +102,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
            if config.gate.max_critical_rate_upper is not None else ""))
     print(gate_table({name: verdicts[name] for name in ranking}))
     print()
-    print("Ranking on train (critical failures, then reward, then cost): " +
+    print("Ranking on train (within the cost limit first, then critical failures, reward, cost): " +
           ", ".join(f"{i + 1}. {name}" for i, name in enumerate(ranking)))
     winner = next(r for r in by_split["train"] if r.policy_name == ranking[0])
     print(f"\nReward lost on train by failure and deciding parameter, {winner.policy_name}:")
@@ -180,19 +177,19 @@ def proposer_engine(config: Any, explicit: bool) -> tuple[Any, bool]:
 def cmd_search(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from search.config import load_search_config, make_verifier
+    from search.config import check_capacity, load_search_config, load_suite, make_verifier
 
     loaded = load_search_config(args.config, output=args.output)  # all validation before Ray starts
     config = loaded.config
     settings = config.search
+    remote = args.address or os.environ.get("RAY_ADDRESS")
+    if not remote:
+        check_capacity(settings, float(os.cpu_count() or 1), loaded.source, "this machine")
 
     from rollout.scenario import SPLITS
-    from rollout.suites import build_suite, split_manifest
+    from rollout.suites import split_manifest
 
-    suite = build_suite(config.suite, loaded.base_dir)
-    for split in SPLITS:
-        if not suite.scenarios(split):
-            raise FarInputError(f"the {split} split is empty", file=loaded.source, field="suite")
+    suite = load_suite(loaded)
 
     from cluster.hosting import RayHost, ensure_ray
     from cluster.rollout_pool import RolloutPool
@@ -201,11 +198,16 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rollout.models.cache import CachedLM
     from search.evaluate import Evaluator
     from search.html_report import render
-    from search.leaderboard import build_leaderboard
-    from search.report import attribution_table, results_table
+    from search.rank import Constraints
+    from search.leaderboard import advice, build_leaderboard, cost_critical_front
+    from search.report import attribution_table, front_table, results_table
     from search.tune_search import run_tune
 
     ensure_ray(args.address)
+    if remote:
+        import ray
+
+        check_capacity(settings, float(ray.cluster_resources().get("CPU", 0)), loaded.source, "the cluster")
     host = RayHost()
     models = build_models(config.models, host)
     evaluator = Evaluator(suite, models, make_verifier(config, loaded.rewards, host), config.costs, config.engine,
@@ -231,20 +233,36 @@ def cmd_search(args: argparse.Namespace) -> int:
     board = build_leaderboard(run.trials, evaluator, config.gate, settings.top_k)
     leaderboard = board.entries()
     results = [r for pair in zip(board.train, board.holdout) for r in pair]
-    winner, winner_train, winner_holdout, winner_gate = board.policies[0], board.train[0], board.holdout[0], \
-        board.gates[0]
+    chosen = board.winner_index
+    winner, winner_train, winner_holdout, winner_gate = (board.policies[chosen], board.train[chosen],
+                                                         board.holdout[chosen], board.gates[chosen])
+    holdout_size = len(suite.scenarios("holdout"))
+    no_deploy = advice(board, config.gate, holdout_size)
+    front = [{"policy": t.policy.short(), "train_critical": t.critical_failures,
+              "train_cost/scn": round(t.mean_cost, 4), "train_reward": t.reward}
+             for t in cost_critical_front(run.trials)]
 
     print()
-    print(f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(board.policies)} on train, re-evaluated on "
-          "holdout:")
+    print(f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(board.policies)} on train (within the cost "
+          "limit first, then critical failures, reward, cost), re-evaluated on holdout:")
     print(results_table(results))
     print()
     for row in leaderboard:
         print(f"  {row['rank']}. {row['policy']}: train critical {row['train_critical']}, holdout critical "
               f"{row['holdout_critical']}, reward/scn train {row['train_reward/scn']} vs holdout "
-              f"{row['holdout_reward/scn']} (gap {row['gap_reward/scn']}), {row['gate']}")
-    print(f"\nWinner: {winner.short()}\nGate on holdout: {'DEPLOY' if winner_gate.deploy else 'NO-DEPLOY'}"
-          f" -- {winner_gate.reason}")
+              f"{row['holdout_reward/scn']} (gap {row['gap_reward/scn']}), cost/scn holdout "
+              f"{row['holdout_cost/scn']}, {row['gate']}")
+    if board.deployable:
+        print(f"\nWinner (the best on train that passes the gate on holdout): rank{chosen + 1}, {winner.short()}"
+              f"\nGate on holdout: DEPLOY -- {winner_gate.reason}")
+    else:
+        print(f"\nNo policy found passes the gate on holdout; best on train: {winner.short()}\n"
+              f"Gate on holdout: NO-DEPLOY -- {winner_gate.reason}")
+        print("\nWhat failed, and what would deploy:")
+        for line in no_deploy:
+            print(f"  {line}")
+        print("\nCost vs critical failures on train, the front of what was found:")
+        print(front_table(front))
     print("\nReward lost on train by failure and deciding parameter, winner:")
     print(attribution_table(winner_train))
     if run.searcher_counts:
@@ -269,22 +287,25 @@ def cmd_search(args: argparse.Namespace) -> int:
         "engine": config.engine,
         "trials": len(run.trials),
         "searcher": run.searcher_counts,
-        "winner": {"policy": winner.model_dump(mode="json"), "train": winner_train.model_dump(mode="json"),
-                   "holdout": winner_holdout.model_dump(mode="json")},
+        "winner": {"policy": winner.model_dump(mode="json"), "rank": chosen + 1, "deployable": board.deployable,
+                   "train": winner_train.model_dump(mode="json"), "holdout": winner_holdout.model_dump(mode="json")},
         "gate": winner_gate.to_dict(),
+        "no_deploy": {"advice": no_deploy, "cost_critical_front": front} if not board.deployable else None,
         "leaderboard": leaderboard,
         "gates": [v.to_dict() for v in board.gates],
         "seeds": {"search": settings.seed, "suite": config.suite.model_dump().get("seed")},
         "versions": _versions(),
-        "seconds": round(time.perf_counter() - started, 3),
         "model_calls": calls_stats,
     }
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / "summary.json", summary)  # no wall-clock figure: same config and seed, same file
+    write_json_atomic(out / "timings.json", {"seconds": round(time.perf_counter() - started, 3),
+                                             "tune_seconds": round(run.seconds, 3)})
     write_text_atomic(out / "report.html", render(f"FAR search: {settings.method}", summary, run.trials,
-                                                  leaderboard, winner_train, winner_holdout))
+                                                  leaderboard, winner_train, winner_holdout,
+                                                  Constraints.from_gate(config.gate)))
     print(f"\nModel calls: {calls_stats['calls_made']} made, {calls_stats['hits']} answered from the cache")
     print(f"Results: {out}/ (summary.json, trials.parquet, rollouts.parquet, policy_results.parquet, report.html, "
-          "tune/)")
+          "timings.json, tune/)")
     pool.shutdown()
     return 0
 

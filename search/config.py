@@ -1,6 +1,7 @@
 """The run configuration shared by ``far`` commands, loaded from YAML with errors naming file and field."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,11 +40,13 @@ class EvaluateConfig(RunConfig):
 
 class EvolutionSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    population: int = Field(12, ge=2)
+    population: int = Field(8, ge=2, description="suggestions per generation")
     elite: int = Field(2, ge=0)
     tournament_size: int = Field(3, ge=1)
     mutation_rate: float = Field(0.3, ge=0.0, le=1.0)
     crossover_rate: float = Field(0.7, ge=0.0, le=1.0)
+    local_search: float = Field(0.5, ge=0.0, le=1.0,
+                                description="share of each generation spent on untried neighbours of the best")
 
 
 class ProposerSettings(EngineChoice):
@@ -103,6 +106,65 @@ class Loaded(BaseModel):
     output: Path
 
 
+def check_models(models: Any, path: Path) -> None:
+    """Every model backend the config names exists (checked at load, long before Ray or a model starts)."""
+    from rollout.models.backends import CLOUD_BACKENDS, EDGE_BACKENDS, USER_BACKENDS
+
+    for role, table in (("edge", EDGE_BACKENDS), ("cloud", CLOUD_BACKENDS), ("user", USER_BACKENDS)):
+        backend = getattr(models, role).backend
+        if backend not in table:
+            raise FarInputError(f"unknown backend {backend!r} (known: {', '.join(sorted(table))})", file=path,
+                                field=f"models.{role}.backend")
+
+
+def check_capacity(settings: Any, cpus: float, source: str, where: str) -> None:
+    """Trials and rollout actors the cluster can place: ``concurrency`` trials reserve ``trial_cpus`` each; a
+    rollout actor reserves no CPU but holds a copy of the recorded calls, and more actors than CPUs only
+    add memory and contention."""
+    if settings.concurrency * settings.trial_cpus > cpus:
+        raise FarInputError(f"concurrency {settings.concurrency} x trial_cpus {settings.trial_cpus:g} needs "
+                            f"{settings.concurrency * settings.trial_cpus:g} CPUs; {where} has {cpus:g}",
+                            file=source, field="search.concurrency")
+    if settings.actors > max(1, int(cpus)):
+        raise FarInputError(f"{settings.actors} rollout actors for {cpus:g} CPUs ({where}): use at most "
+                            f"{max(1, int(cpus))}", file=source, field="search.actors")
+
+
+def load_suite(loaded: Loaded) -> Any:
+    """The config's suite, built and checked (``check_suite``); an error that names no file names the config."""
+    from rollout.suites import build_suite
+
+    config = loaded.config  # type: ignore[attr-defined]
+    try:
+        suite = build_suite(config.suite, loaded.base_dir)
+    except FarInputError as error:
+        if error.file is None:
+            raise FarInputError(error.message, file=loaded.source, field=error.field, row=error.row) from None
+        raise
+    check_suite(suite, loaded, config.gate)
+    return suite
+
+
+def check_suite(suite: Any, loaded: Loaded, gate: Any) -> None:
+    """Before any expensive work: both splits have scenarios, and the holdout is large enough for the gate's
+    critical-rate bound ever to pass (with zero failures it needs ``search.gate.holdout_needed`` scenarios)."""
+    from rollout.scenario import SPLITS
+    from search.gate import holdout_needed
+
+    for split in SPLITS:
+        if not suite.scenarios(split):
+            raise FarInputError(f"the {split} split is empty: train and holdout both need scenarios "
+                                "(raise suite.size or change suite.holdout_fraction)", file=loaded.source,
+                                field="suite")
+    limit = gate.max_critical_rate_upper
+    holdout = len(suite.scenarios("holdout"))
+    if limit is not None and holdout < (needed := holdout_needed(limit, gate.confidence)):
+        raise FarInputError(
+            f"the gate can never pass: with zero critical failures, a {gate.confidence:g} bound of {limit:g} "
+            f"needs at least {needed} holdout scenarios and the suite has {holdout} (raise suite.size or "
+            "suite.holdout_fraction, or relax the limit)", file=loaded.source, field="gate.max_critical_rate_upper")
+
+
 class LoadedEvaluateConfig(Loaded):
     config: EvaluateConfig
     policies: dict[str, Policy]
@@ -121,10 +183,21 @@ def _validate(model: type[BaseModel], path: Path) -> tuple[dict[str, Any], Any]:
         raise from_validation_error(error, file=path) from None
 
 
-def _output(config_output: str, output: str | None) -> Path:
-    out = Path(output) if output else _resolve(Path.cwd(), config_output)
+def _output(config_output: str, output: str | None, source: Path | None = None) -> Path:
+    """The output directory, checked before any work: it (or the nearest folder above it that exists) must be
+    a directory we may write in."""
+    out = (Path(output) if output else _resolve(Path.cwd(), config_output)).expanduser()
+    field = "--output" if output else "output"
+    where = source if source is not None and not output else None
     if out.exists() and not out.is_dir():
-        raise FarInputError("output path exists and is not a directory", file=out, field="output")
+        raise FarInputError(f"output path {out} exists and is not a directory", file=where, field=field)
+    existing = out
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise FarInputError(f"output path {out} lies inside {existing}, which is a file", file=where, field=field)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FarInputError(f"output path {out}: {existing} is not writable", file=where, field=field)
     return out.resolve()
 
 
@@ -137,13 +210,14 @@ def _rewards(config: RunConfig, base: Path, path: Path) -> RewardTable:
 def load_evaluate_config(path: str | Path, output: str | None = None) -> LoadedEvaluateConfig:
     path = Path(path)
     raw, config = _validate(EvaluateConfig, path)
+    check_models(config.models, path)
     base = path.resolve().parent
     if isinstance(config.policies, str):
         policies = load_policies(_resolve(base, config.policies))
     else:
         policies = parse_named_policies(config.policies, file=path)
     return LoadedEvaluateConfig(source=str(path), base_dir=base, raw=raw, config=config, policies=policies,
-                                rewards=_rewards(config, base, path), output=_output(config.output, output))
+                                rewards=_rewards(config, base, path), output=_output(config.output, output, path))
 
 
 class LoadedSearchConfig(Loaded):
@@ -155,6 +229,7 @@ def load_search_config(path: str | Path, output: str | None = None) -> LoadedSea
     """Everything a search needs, validated before Ray starts."""
     path = Path(path)
     raw, config = _validate(SearchConfig, path)
+    check_models(config.models, path)
     base = path.resolve().parent
     space = load_space(_resolve(base, config.space)) if isinstance(config.space, str) else parse_space(
         config.space, file=path)
@@ -167,4 +242,4 @@ def load_search_config(path: str | Path, output: str | None = None) -> LoadedSea
     if settings.evolutionary.elite > settings.evolutionary.population:
         raise FarInputError("elite must not exceed population", file=path, field="search.evolutionary.elite")
     return LoadedSearchConfig(source=str(path), base_dir=base, raw=raw, config=config, space=space,
-                              rewards=_rewards(config, base, path), output=_output(config.output, output))
+                              rewards=_rewards(config, base, path), output=_output(config.output, output, path))

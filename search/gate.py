@@ -55,6 +55,21 @@ def clopper_pearson_upper(failures: int, trials: int, confidence: float = 0.95) 
     return high
 
 
+def holdout_needed(limit: float, confidence: float = 0.95) -> int:
+    """The fewest scenarios n in which zero critical failures put the one-sided upper bound at or under
+    ``limit``: n >= ln(1 - confidence) / ln(1 - limit) (299 for limit 0.01 at 95%, 59 for 0.05)."""
+    if limit <= 0.0:
+        raise ValueError(f"no number of scenarios brings the bound to {limit}")
+    if limit >= 1.0:
+        return 0
+    n = max(1, math.ceil(math.log(1.0 - confidence) / math.log1p(-limit)))
+    while n > 1 and clopper_pearson_upper(0, n - 1, confidence) <= limit:  # guard the float rounding both ways
+        n -= 1
+    while clopper_pearson_upper(0, n, confidence) > limit:
+        n += 1
+    return n
+
+
 class GateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -84,13 +84,14 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboard: Sequence[dict[str, Any]],
-           winner_train: PolicyResult, winner_holdout: PolicyResult) -> str:
+           winner_train: PolicyResult, winner_holdout: PolicyResult, constraints: Any = None) -> str:
     best_critical, best_reward, xs = [], [], []
     best = None
-    from search.rank import rank_key
+    from search.rank import NO_CONSTRAINTS, rank_key
 
+    constraints = constraints or NO_CONSTRAINTS
     for index, trial in enumerate(trials, start=1):
-        if best is None or rank_key(trial) < rank_key(best):
+        if best is None or rank_key(trial, constraints) < rank_key(best, constraints):
             best = trial
         xs.append(index)
         best_critical.append(best.critical_failures)

@@ -1,14 +1,17 @@
-"""After a search: the top-k distinct policies on train, re-evaluated on holdout, each gated."""
+"""After a search: the top-k distinct policies on train (``search.rank`` under the gate's hard limits),
+re-evaluated on holdout and gated; the winner is the best of them that passes the gate, and when none does,
+``advice`` says what failed, by how much, and what would deploy."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rollout.policy import Policy
 from search.evaluate import Evaluator
-from search.gate import GateConfig, GateVerdict, gate
-from search.rank import Rankable, rank
+from search.gate import GateConfig, GateVerdict, gate, holdout_needed
+from search.rank import NO_CONSTRAINTS, Constraints, Rankable, rank
 from search.results import PolicyResult
 
 
@@ -19,6 +22,15 @@ class Leaderboard:
     holdout: list[PolicyResult] = field(default_factory=list)
     gates: list[GateVerdict] = field(default_factory=list)  # on holdout
     rows: list[dict[str, Any]] = field(default_factory=list)  # rollouts.parquet rows, train and holdout
+
+    @property
+    def winner_index(self) -> int:
+        """The best train-ranked policy that passes the gate on holdout; the best on train if none does."""
+        return next((i for i, verdict in enumerate(self.gates) if verdict.deploy), 0)
+
+    @property
+    def deployable(self) -> bool:
+        return any(verdict.deploy for verdict in self.gates)
 
     def entries(self) -> list[dict[str, Any]]:
         """Train and holdout side by side: the overfit gap per scenario, and the gate."""
@@ -31,16 +43,16 @@ class Leaderboard:
                 "train_critical": train.critical_failures, "holdout_critical": holdout.critical_failures,
                 "train_reward/scn": round(train_per, 3), "holdout_reward/scn": round(holdout_per, 3),
                 "gap_reward/scn": round(train_per - holdout_per, 3),
-                "holdout_cost/scn": round(holdout.mean_cost, 3),
+                "train_cost/scn": round(train.mean_cost, 3), "holdout_cost/scn": round(holdout.mean_cost, 3),
                 "gate": "DEPLOY" if verdict.deploy else "NO-DEPLOY",
             })
         return entries
 
 
-def top_policies(trials: Sequence[Rankable], top_k: int) -> list[Policy]:
-    """The best ``top_k`` distinct policies by the lexicographic rule (trials carry a ``policy``)."""
+def top_policies(trials: Sequence[Rankable], top_k: int, constraints: Constraints = NO_CONSTRAINTS) -> list[Policy]:
+    """The best ``top_k`` distinct policies by ``search.rank`` (trials carry a ``policy``)."""
     top: list[Policy] = []
-    for trial in rank(trials):
+    for trial in rank(trials, constraints):
         if trial.policy not in top:  # type: ignore[attr-defined]
             top.append(trial.policy)  # type: ignore[attr-defined]
         if len(top) == top_k:
@@ -51,7 +63,7 @@ def top_policies(trials: Sequence[Rankable], top_k: int) -> list[Policy]:
 def build_leaderboard(trials: Sequence[Rankable], evaluator: Evaluator, gate_config: GateConfig,
                       top_k: int) -> Leaderboard:
     board = Leaderboard()
-    for position, policy in enumerate(top_policies(trials, top_k), start=1):
+    for position, policy in enumerate(top_policies(trials, top_k, Constraints.from_gate(gate_config)), start=1):
         name = f"rank{position}"
         train = evaluator.evaluate(name, policy, "train", with_rows=True)
         holdout = evaluator.evaluate(name, policy, "holdout", with_rows=True)
@@ -63,3 +75,44 @@ def build_leaderboard(trials: Sequence[Rankable], evaluator: Evaluator, gate_con
                                 result.mean_cost, gate_config))
         board.rows += train.rows + holdout.rows
     return board
+
+
+def cost_critical_front(trials: Sequence[Any]) -> list[Any]:
+    """The distinct trial policies no other dominates on (fewer critical failures, lower cost per scenario) on
+    train (``verifiers.pareto``'s rule on (-critical, -cost)), cheapest first."""
+    from verifiers.pareto import pareto_front
+
+    distinct: dict[Any, Any] = {}
+    for trial in trials:
+        distinct.setdefault(trial.policy, trial)
+    candidates = list(distinct.values())
+    front = pareto_front([(-float(t.critical_failures), -float(t.mean_cost)) for t in candidates])
+    return sorted((candidates[i] for i in front), key=lambda t: (t.mean_cost, t.critical_failures))
+
+
+def advice(board: Leaderboard, gate_config: GateConfig, holdout_scenarios: int) -> list[str]:
+    """Plain sentences for a run where nothing deploys: which condition failed for each checked policy and by
+    how much, and what limit (or which policy) would deploy."""
+    if board.deployable:
+        return []
+    lines = []
+    cost_only = []  # (cost limit that would deploy it, position, policy)
+    for position, (policy, verdict) in enumerate(zip(board.policies, board.gates), start=1):
+        failed = [c for c in verdict.checks if not c.passed]
+        lines.append(f"rank{position} ({policy.short()}): " + "; ".join(
+            f"{c.name} {c.value:.4g} exceeds {c.limit:.4g} by {c.value - c.limit:.4g}" for c in failed))
+        if [c.name for c in failed] == ["mean_cost"] and math.isfinite(failed[0].value):
+            cost_only.append((failed[0].value, position, policy))
+    if cost_only:
+        limit, position, policy = min(cost_only, key=lambda item: (item[0], item[1]))
+        lines.append(f"A cost limit of {math.ceil(limit * 1000) / 1000:g} per scenario (gate.max_mean_cost, now "
+                     f"{gate_config.max_mean_cost:g}) would deploy rank{position} ({policy.short()}).")
+    elif all(v.checks[0].value > v.checks[0].limit for v in board.gates):
+        lines.append("No policy checked is free of critical failures on holdout: no limit should be raised for "
+                     "that; widen the space (stricter settings) or improve the models.")
+    if gate_config.max_critical_rate_upper is not None:
+        needed = holdout_needed(gate_config.max_critical_rate_upper, gate_config.confidence)
+        if any(c.name == "critical_rate_upper" and not c.passed for v in board.gates for c in v.checks):
+            lines.append(f"With zero failures the critical-rate bound needs >= {needed} holdout scenarios "
+                         f"(this holdout has {holdout_scenarios}).")
+    return lines

@@ -10,13 +10,13 @@ from typing import Any
 
 from rollout.models.lm import LM, GenerateRequest, SamplingParams, messages
 from search.evolution import Config, EvolutionarySearcher, config_key
-from search.rank import rank_key
 from search.space import BoolDomain, ChoiceDomain, FloatDomain, IntDomain, PolicySpace
 
 SYSTEM = (
-    "You tune the policy of an edge-cloud assistant. Critical failures (unsafe actions, unhandled failures) "
-    "must go to zero first; then maximise reward; then minimise cost. Propose ONE new policy as a JSON object "
-    "with exactly the listed parameters, different from those already tried."
+    "You tune the policy of an edge-cloud assistant. A policy within the cost limit beats one outside it; then "
+    "critical failures (unsafe actions, unhandled failures) must go to zero; then maximise reward; then "
+    "minimise cost. Propose ONE new policy as a JSON object with exactly the listed parameters, different from "
+    "those already tried."
 )
 
 
@@ -61,21 +61,25 @@ class LLMProposalSearcher(EvolutionarySearcher):
         self.failure_totals: dict[str, dict[str, float]] = {}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        config = self.pending.get(trial_id)
+        number = self.order.get(trial_id)
+        config = self.suggested[number] if number is not None else None
         if config is not None and result is not None and not error:
             self.failure_totals[config_key(config)] = {
                 k.removeprefix("failures_"): v for k, v in result.items() if k.startswith("failures_") and v}
         super().on_trial_complete(trial_id, result, error)
 
     def prompt(self) -> str:
-        best = sorted(self.archive, key=rank_key)[:self.top]
+        best = self.ranked()[:self.top]
         rows = []
         for scored in best:
             failures = self.failure_totals.get(config_key(scored.config), {})
             rows.append(f"{json.dumps(scored.config, sort_keys=True)} -> critical={scored.critical_failures:g} "
-                        f"reward={scored.reward:.0f} cost={scored.cost:.1f} failures={json.dumps(failures)}")
-        return (f"Parameters:\n{describe_space(self.space, self.on_grid)}\n\nBest policies so far "
-                f"({len(self.archive)} tried):\n" + "\n".join(rows) + "\n\nPropose the next policy as JSON.")
+                        f"reward={scored.reward:.0f} cost/scenario={scored.mean_cost:.3f} "
+                        f"failures={json.dumps(failures)}")
+        limit = self.constraints.max_mean_cost
+        limits = f"\nCost limit: cost/scenario <= {limit:g}" if limit is not None else "\nCost limit: none"
+        return (f"Parameters:\n{describe_space(self.space, self.on_grid)}{limits}\n\nBest policies so far "
+                f"({len(self.parents())} tried):\n" + "\n".join(rows) + "\n\nPropose the next policy as JSON.")
 
     def parse(self, text: str) -> Config | None:
         try:
@@ -95,7 +99,7 @@ class LLMProposalSearcher(EvolutionarySearcher):
         return {name: data[name] for name in self.space.parameters}
 
     def _propose(self) -> Config:
-        if len(self.archive) < self.warmup:
+        if len(self.parents()) < self.warmup:
             return self._breed()
         self.counts["proposed"] += 1
         request = GenerateRequest(

@@ -55,3 +55,10 @@ def attribution_table(result: PolicyResult, top: int = 8) -> str:
         return "  (no reward lost)"
     return _table(["failure", "decided by", "reward lost"],
                   [[kind, parameter, f"{lost:.0f}"] for kind, parameter, lost in entries])
+
+
+def front_table(front: Sequence[dict]) -> str:
+    """The cost-vs-critical front (``search.leaderboard.cost_critical_front`` rows), cheapest first."""
+    rows = [[f["policy"], "", str(f["train_critical"]), f"{f['train_cost/scn']:.3f}", f"{f['train_reward']:.0f}"]
+            for f in front]
+    return _table(["policy", "", "critical", "cost/scn", "reward"], rows)

@@ -12,6 +12,7 @@ Every point of the space is a valid ``Policy``; that is checked when the space i
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rollout.errors import from_validation_error
 from rollout.io import load_mapping
 from rollout.policy import PARAMETERS, Policy, parse_policy
+
+
+MAX_GRID_VALUES = 10_000  # per parameter: a range must be small enough to enumerate as grid points
 
 
 class _Domain(BaseModel):
@@ -36,8 +40,12 @@ class FloatDomain(_Domain):
 
     @model_validator(mode="after")
     def _check(self) -> "FloatDomain":
+        if not (math.isfinite(self.low) and math.isfinite(self.high) and math.isfinite(self.high - self.low)):
+            raise ValueError(f"low and high must be finite numbers with a finite range, got [{self.low}, {self.high}]")
         if not self.low <= self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        if self.grid is not None and len(self.grid) > MAX_GRID_VALUES:
+            raise ValueError(f"the grid has {len(self.grid)} values, more than {MAX_GRID_VALUES}")
         for value in self.grid or ():
             if not self.low <= value <= self.high:
                 raise ValueError(f"grid value {value} is outside [{self.low}, {self.high}]")
@@ -64,6 +72,9 @@ class IntDomain(_Domain):
     def _check(self) -> "IntDomain":
         if not self.low <= self.high:
             raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        if self.high - self.low + 1 > MAX_GRID_VALUES:
+            raise ValueError(f"the range [{self.low}, {self.high}] has {self.high - self.low + 1} values, more than "
+                             f"{MAX_GRID_VALUES} to enumerate")
         return self
 
     def grid_values(self) -> tuple[int, ...]:

@@ -1,9 +1,12 @@
 """``far search``: policy search on Ray Tune, trials fanned out to rollout actors.
 
-Tune optimises one scalar, ``score`` = -critical_failures * 1e9 + reward: it orders trials exactly as the
-lexicographic rule does on (critical failures, reward) while |reward| < 5e8, and ignores cost. The final
-ranking never uses it: all trials are ranked with ``search.rank`` (critical, reward, cost), the top-k are
-re-evaluated on holdout, and the gate judges the winner on holdout.
+Tune is given one scalar, ``score`` (``search.rank.tune_score``: the constrained lexicographic rule in bands),
+which it only displays: the searchers select with ``search.rank`` itself, all trials are ranked with it (under
+the gate's cost limit), the top-k are re-evaluated on holdout, and the winner is the best of them that passes
+the gate there.
+
+Trials come back in suggestion order, never completion order, and every searcher suggests the same policies
+for the same seed whatever the concurrency (``search.evolution``): same config and seed, same trials.
 """
 from __future__ import annotations
 
@@ -18,22 +21,17 @@ from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 from cluster.rollout_pool import RolloutPool
 from rollout.policy import Policy
 from search.config import LoadedSearchConfig, SearchSettings
-from search.evolution import EvolutionarySearcher
+from search.evolution import EvolutionarySearcher, RandomSearcher
+from search.rank import NO_CONSTRAINTS, Constraints, tune_score
 from search.results import PolicyResult, aggregate
-from search.space import BoolDomain, ChoiceDomain, FloatDomain, IntDomain, PolicySpace
+from search.space import PolicySpace
 
-CRITICAL_WEIGHT = 1e9
 METRIC = "score"
 
 
-def lexicographic_score(critical_failures: float, reward: float) -> float:
-    """Tune's scalar; exact for the lexicographic order on (critical, reward) while |reward| < 5e8."""
-    return -critical_failures * CRITICAL_WEIGHT + reward
-
-
-def trial_metrics(result: PolicyResult) -> dict[str, Any]:
+def trial_metrics(result: PolicyResult, constraints: Constraints = NO_CONSTRAINTS) -> dict[str, Any]:
     metrics: dict[str, Any] = {
-        METRIC: lexicographic_score(result.critical_failures, result.reward),
+        METRIC: tune_score(result, constraints),
         "critical_failures": result.critical_failures,
         "reward": result.reward,
         "cost": result.cost,
@@ -45,48 +43,42 @@ def trial_metrics(result: PolicyResult) -> dict[str, Any]:
     return metrics
 
 
-def evaluate_trial(config: dict[str, Any], pool: RolloutPool, space: PolicySpace, simulated: bool) -> None:
+def evaluate_trial(config: dict[str, Any], pool: RolloutPool, space: PolicySpace, simulated: bool,
+                   constraints: Constraints = NO_CONSTRAINTS) -> None:
     """The Tune trainable: one policy on the train split, through the rollout actors."""
     started, started_at = time.perf_counter(), time.time()
-    policy = space.policy(config)
+    policy = space.policy({name: config[name] for name in space.parameters})
     verdicts, costs = pool.evaluate(policy, "train")
     result = aggregate("trial", policy, "train", verdicts, costs, simulated)
     # eval_s and finished_at let a benchmark separate Tune's own overhead from the evaluation
-    tune.report({**trial_metrics(result), "eval_s": time.perf_counter() - started, "started_at": started_at,
-                 "finished_at": time.time()})
+    tune.report({**trial_metrics(result, constraints), "eval_s": time.perf_counter() - started,
+                 "started_at": started_at, "finished_at": time.time()})
 
 
-def tune_domain(domain: Any, on_grid: bool) -> Any:
-    if isinstance(domain, (ChoiceDomain, BoolDomain)) or on_grid:
-        return tune.choice(list(domain.grid_values()))
-    if isinstance(domain, IntDomain):
-        return tune.randint(domain.low, domain.high + 1)
-    assert isinstance(domain, FloatDomain)
-    return tune.uniform(domain.low, domain.high)
-
-
-def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any = None) -> tuple[Any, dict, int]:
+def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any = None,
+                  constraints: Constraints = NO_CONSTRAINTS) -> tuple[Any, dict, int]:
     """(search_alg, param_space, num_samples) for the method."""
     if settings.method == "grid":
         grid = {name: tune.grid_search(list(d.grid_values())) for name, d in space.parameters.items()}
         return BasicVariantGenerator(random_state=settings.seed), grid, 1
+    budget = settings.budget
+    if settings.on_grid:
+        budget = min(budget, space.grid_size())
     if settings.method == "random":
-        param_space = {name: tune_domain(d, settings.on_grid) for name, d in space.parameters.items()}
-        return BasicVariantGenerator(random_state=settings.seed), param_space, settings.budget
+        searcher: Any = RandomSearcher(space, seed=settings.seed, on_grid=settings.on_grid, metric=METRIC,
+                                       mode="max")
+        return ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency), {}, budget
     evolution = settings.evolutionary.model_dump()
     if settings.method == "evolutionary":
-        searcher = EvolutionarySearcher(space, seed=settings.seed, on_grid=settings.on_grid, metric=METRIC,
-                                        mode="max", **evolution)
+        searcher = EvolutionarySearcher(space, seed=settings.seed, on_grid=settings.on_grid,
+                                        constraints=constraints, metric=METRIC, mode="max", **evolution)
     else:
         from search.llm_proposer import LLMProposalSearcher
 
         llm = settings.llm
         searcher = LLMProposalSearcher(space, proposer_lm, warmup=llm.warmup, temperature=llm.temperature,
                                        max_tokens=llm.max_tokens, seed=settings.seed, on_grid=settings.on_grid,
-                                       metric=METRIC, mode="max", **evolution)
-    budget = settings.budget
-    if settings.on_grid:
-        budget = min(budget, space.grid_size())
+                                       constraints=constraints, metric=METRIC, mode="max", **evolution)
     return ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency), {}, budget
 
 
@@ -110,6 +102,10 @@ class TrialRecord:
     def cost(self) -> float:
         return self.metrics["cost"]
 
+    @property
+    def mean_cost(self) -> float:
+        return self.metrics["mean_cost"]
+
 
 @dataclass
 class SearchRun:
@@ -122,10 +118,11 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
              proposer_lm: Any = None, verbose: int = 1) -> SearchRun:
     settings = loaded.config.search
     space = loaded.space
+    constraints = Constraints.from_gate(loaded.config.gate)
     storage = loaded.output.resolve()
     experiment = storage / "tune"
     trainable = tune.with_resources(
-        tune.with_parameters(evaluate_trial, pool=pool, space=space, simulated=simulated),
+        tune.with_parameters(evaluate_trial, pool=pool, space=space, simulated=simulated, constraints=constraints),
         {"cpu": settings.trial_cpus},
     )
     # save the experiment state after every event, so a killed driver resumes without re-running finished trials
@@ -135,7 +132,7 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
     if resume and tune.Tuner.can_restore(str(experiment)):
         tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_errored=True)
     else:
-        search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm)
+        search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm, constraints)
         searcher = getattr(search_alg, "searcher", None)
         tuner = tune.Tuner(
             trainable,
@@ -146,7 +143,7 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
         )
     grid = tuner.fit()
     trials = []
-    for result in grid:
+    for result in grid:  # Tune keeps its trials in creation order: the order the searcher suggested them
         if result.error is not None or not result.metrics or "critical_failures" not in result.metrics:
             continue
         params = {name: result.config[name] for name in space.parameters}
@@ -155,6 +152,5 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
             metrics={k: v for k, v in result.metrics.items() if not isinstance(v, dict)},
             policy=space.policy(params), finished_at=result.metrics.get("finished_at", 0.0),
         ))
-    trials.sort(key=lambda t: (t.finished_at, t.trial_id))
     counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
     return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started)

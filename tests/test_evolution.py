@@ -1,12 +1,16 @@
 import json
 import random
 
-from hypothesis import given
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout.models.lm import GenerateResult
-from search.evolution import EvolutionarySearcher, Scored, config_key, crossover, mutate, tournament
+from search.evolution import (
+    EvolutionarySearcher, RandomSearcher, Scored, config_key, crossover, mutate, neighbours, tournament,
+)
 from search.llm_proposer import LLMProposalSearcher, proposal_schema
+from search.rank import Constraints
 from search.space import parse_space
 
 SPACE = parse_space({"parameters": {
@@ -119,9 +123,95 @@ def test_llm_proposals_are_validated_counted_and_replaced():
                json.dumps(good), json.dumps(good)]  # accepted, then a duplicate
     lm = ScriptedLM(answers)
     searcher = LLMProposalSearcher(SPACE, lm, warmup=2, population=4, seed=0)
-    found = run(searcher, 7)
-    assert searcher.counts == {"proposed": 5, "accepted": 1, "invalid": 3, "duplicate": 1}
-    assert good in found and len({config_key(c) for c in found}) == len(found) == 7
+    found = run(searcher, 9)  # generation 0 (4 random points), then one proposal per suggestion
+    counts = searcher.counts  # the scripted answers, then "{}" (invalid) once the script runs out
+    assert counts["proposed"] == len(lm.prompts) >= 5
+    assert (counts["accepted"], counts["duplicate"], counts["invalid"]) == (1, 1, counts["proposed"] - 2)
+    assert good in found and len({config_key(c) for c in found}) == len(found) == 9
     assert "critical=" in lm.prompts[0] and "fallback_mode" in lm.prompts[0]
     schema = proposal_schema(SPACE, on_grid=True)
     assert schema["properties"]["cloud_threshold"]["enum"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def run_concurrently(searcher, budget, concurrency, order_seed):
+    """Suggest while fewer than ``concurrency`` trials run; complete running trials in a random order (as a
+    cluster would); returns the suggestions in suggestion order."""
+    rng = random.Random(order_seed)
+    running, found, number = [], [], 0
+    while len(found) < budget:
+        while len(running) < concurrency and len(found) < budget:
+            config = searcher.suggest(f"t{number}")
+            if config is None:
+                break  # waits for the running generation
+            if config == searcher.FINISHED:
+                return found
+            running.append((f"t{number}", config))
+            found.append(config)
+            number += 1
+        if not running:
+            break
+        trial_id, config = running.pop(rng.randrange(len(running)))
+        searcher.on_trial_complete(trial_id, objective(config))
+    return found
+
+
+@settings(max_examples=40, deadline=None)
+@given(concurrency=st.integers(1, 6), order_seed=st.integers(0, 1000), seed=st.integers(0, 50))
+def test_the_same_seed_gives_the_same_trials_whatever_the_concurrency_and_completion_order(concurrency, order_seed,
+                                                                                          seed):
+    reference = run(EvolutionarySearcher(SPACE, population=6, seed=seed, local_search=0.5), 30)
+    shuffled = run_concurrently(EvolutionarySearcher(SPACE, population=6, seed=seed, local_search=0.5), 30,
+                                concurrency, order_seed)
+    assert shuffled == reference
+
+
+def test_a_generation_waits_for_the_one_before():
+    searcher = EvolutionarySearcher(SPACE, population=3, seed=0)
+    first = [searcher.suggest(f"t{i}") for i in range(3)]
+    assert all(isinstance(c, dict) for c in first)
+    assert searcher.suggest("t3") is None  # generation 0 still running
+    for i, config in enumerate(first[:2]):
+        searcher.on_trial_complete(f"t{i}", objective(config))
+    assert searcher.suggest("t3") is None
+    searcher.on_trial_complete("t2", error=True)  # a failed trial ends its generation too
+    assert isinstance(searcher.suggest("t3"), dict)
+
+
+def test_local_search_tries_the_best_parents_neighbours_first():
+    searcher = EvolutionarySearcher(SPACE, population=4, seed=1, local_search=0.5)
+    found = run(searcher, 4)
+    best = min(searcher.archive, key=lambda s: (s.critical_failures, -s.reward, s.cost))
+    following = run(searcher, 2)  # continue: suggestions 4 and 5 are the local-search share of generation 1
+    near = [config_key(c) for c in neighbours(SPACE, best.config)]
+    assert all(config_key(c) in near for c in following) and len(found) == 4
+
+
+def test_neighbours_are_one_step_in_one_parameter():
+    config = {"cloud_threshold": 0.0, "max_retries": 2, "require_confirmation": True, "fallback_mode": "none"}
+    around = neighbours(SPACE, config)
+    assert {"cloud_threshold": 0.25, "max_retries": 2, "require_confirmation": True, "fallback_mode": "none"} in around
+    assert len(around) == 1 + 2 + 1 + 3  # threshold up only (at the edge), retries ±1, flip, three other modes
+    assert all(sum(c[k] != config[k] for k in config) == 1 for c in around)
+
+
+@pytest.mark.parametrize("on_grid", [True, False])
+def test_random_search_never_repeats_and_covers_the_grid(on_grid):
+    searcher = RandomSearcher(SPACE, seed=4, on_grid=on_grid)
+    found = []
+    for i in range(len(GRID) + 3):
+        config = searcher.suggest(str(i))
+        if config == searcher.FINISHED:
+            break
+        found.append(config_key(config))
+    assert len(found) == len(set(found))
+    if on_grid:
+        assert sorted(found) == sorted(config_key(c) for c in GRID)
+    again = RandomSearcher(SPACE, seed=4, on_grid=on_grid)
+    assert [config_key(again.suggest(str(i))) for i in range(10)] == found[:10]
+
+
+def test_selection_respects_the_cost_limit():
+    cheap_risky = Scored({"n": 1}, 3, 10.0, 1.0, mean_cost=0.5)
+    safe_costly = Scored({"n": 2}, 0, 50.0, 9.0, mean_cost=1.5)
+    assert tournament([cheap_risky, safe_costly], random.Random(0), 50, Constraints(max_mean_cost=0.8)) is cheap_risky
+    assert tournament([cheap_risky, safe_costly], random.Random(0), 50) is safe_costly

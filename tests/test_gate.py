@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import beta
 
-from search.gate import GateConfig, clopper_pearson_upper, gate
+from search.gate import GateConfig, clopper_pearson_upper, gate, holdout_needed
 
 
 @pytest.mark.parametrize("k, n", [(0, 1), (0, 10), (0, 1000), (1, 10), (3, 100), (50, 100), (99, 100), (7, 5000)])
@@ -51,3 +51,23 @@ def test_gate_passes_and_names_each_failed_condition():
 
 def test_gate_without_cost_budget_ignores_cost():
     assert gate(0, 0, 10, 1e9, GateConfig()).deploy
+
+
+@pytest.mark.parametrize("limit, confidence, expected", [(0.01, 0.95, 299), (0.05, 0.95, 59), (0.001, 0.95, 2995),
+                                                         (0.01, 0.99, 459), (0.5, 0.95, 5), (1.0, 0.95, 0)])
+def test_holdout_needed_is_the_smallest_n_whose_zero_failure_bound_meets_the_limit(limit, confidence, expected):
+    n = holdout_needed(limit, confidence)
+    assert n == expected
+    assert clopper_pearson_upper(0, max(n, 1), confidence) <= limit
+    if n > 1:
+        assert clopper_pearson_upper(0, n - 1, confidence) > limit
+        assert n == math.ceil(math.log(1 - confidence) / math.log(1 - limit))
+
+
+@given(st.floats(1e-4, 0.9), st.floats(0.5, 0.999))
+def test_holdout_needed_is_exact_everywhere(limit, confidence):
+    n = holdout_needed(limit, confidence)
+    assert clopper_pearson_upper(0, n, confidence) <= limit
+    assert n == 1 or clopper_pearson_upper(0, n - 1, confidence) > limit
+    with pytest.raises(ValueError):
+        holdout_needed(0.0)

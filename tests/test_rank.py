@@ -1,4 +1,4 @@
-"""The ranking rule, tested exhaustively on small grids including ties, NaN and ±inf."""
+"""The ranking rule (constrained lexicographic), tested exhaustively on small grids including ties, NaN and ±inf."""
 import itertools
 import math
 from dataclasses import dataclass
@@ -7,12 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from search.rank import best, compare, rank, rank_key
+from search.rank import (
+    NO_CONSTRAINTS, Constraints, best, compare, constraint_violation, is_feasible, rank, rank_key, tune_score,
+    violation_of,
+)
 
 INF, NAN = math.inf, math.nan
 CRITICAL = [0, 1, 2, INF, NAN]
 REWARD = [-INF, -5.0, 0.0, 5.0, INF, NAN]
 COST = [0.0, 1.0, INF, NAN]
+MEAN_COST = [0.0, 0.5, 0.8, 1.0, 1.6, INF, -INF, NAN]
+LIMITS = [Constraints(), Constraints(max_mean_cost=0.8), Constraints(max_mean_cost=0.0)]
 
 
 @dataclass(frozen=True)
@@ -20,9 +25,32 @@ class R:
     critical_failures: float
     reward: float
     cost: float
+    mean_cost: float = 0.0
 
 
 GRID = [R(c, r, k) for c, r, k in itertools.product(CRITICAL, REWARD, COST)]
+CONSTRAINED_GRID = [R(c, r, 0.0, m) for c, r, m in itertools.product([0, 1, NAN], [-INF, 0.0, 5.0, NAN], MEAN_COST)]
+
+
+def reference_violation(mean_cost: float, limit: float | None) -> float:
+    if limit is None:
+        return 0.0
+    if mean_cost != mean_cost:  # NaN: not known to be within
+        return INF
+    if mean_cost <= limit:
+        return 0.0
+    return (mean_cost - limit) / limit if limit > 0 else mean_cost - limit
+
+
+def reference_constrained(a: R, b: R, limits: Constraints) -> int:
+    """Deb's rules stated independently: within beats outside; outside, smaller violation wins; then the
+    lexicographic rule."""
+    va, vb = (reference_violation(x.mean_cost, limits.max_mean_cost) for x in (a, b))
+    if (va == 0) != (vb == 0):
+        return -1 if va == 0 else 1
+    if va != vb:
+        return -1 if va < vb else 1
+    return reference(a, b)
 
 
 def reference(a: R, b: R) -> int:
@@ -96,3 +124,59 @@ def test_rank_is_consistent_with_compare(results):
     for first, second in zip(ordered, ordered[1:]):
         assert compare(first, second) <= 0
     assert rank_key(ordered[0]) == min(rank_key(r) for r in results)
+
+
+def test_constrained_compare_matches_debs_rules_on_every_pair():
+    for limits in LIMITS:
+        for a, b in itertools.product(CONSTRAINED_GRID, CONSTRAINED_GRID):
+            assert compare(a, b, limits) == reference_constrained(a, b, limits), (a, b, limits)
+
+
+def test_constrained_order_is_a_total_preorder():
+    for limits in LIMITS:
+        sample = CONSTRAINED_GRID[::2]
+        for a, b in itertools.product(sample, sample):
+            assert compare(a, b, limits) == -compare(b, a, limits)
+        for a, b, c in itertools.product(sample[::3], sample[::3], sample[::3]):
+            if compare(a, b, limits) <= 0 and compare(b, c, limits) <= 0:
+                assert compare(a, c, limits) <= 0
+
+
+def test_within_the_limit_beats_outside_whatever_the_critical_count():
+    limits = Constraints(max_mean_cost=0.8)
+    assert compare(R(5, -100.0, 9.0, 0.8), R(0, 1e9, 0.0, 0.81), limits) == -1
+    assert compare(R(0, 0.0, 0.0, 0.9), R(0, 0.0, 0.0, 1.2), limits) == -1  # smaller violation first
+    assert compare(R(3, 0.0, 0.0, 1.0), R(0, 0.0, 0.0, 1.0), limits) == 1  # equal violation: critical decides
+    assert compare(R(0, 0.0, 0.0, NAN), R(0, 0.0, 0.0, INF), limits) == 0  # both infinitely outside
+
+
+def test_violation_rules():
+    assert violation_of(0.5, None) == 0.0 and violation_of(NAN, None) == 0.0
+    assert violation_of(0.8, 0.8) == 0.0 and violation_of(-INF, 0.8) == 0.0
+    assert violation_of(1.2, 0.8) == pytest.approx(0.5)
+    assert violation_of(0.3, 0.0) == pytest.approx(0.3)  # a zero limit: absolute excess
+    assert violation_of(NAN, 0.8) == INF and violation_of(INF, 0.8) == INF
+    assert is_feasible(R(0, 0, 0, 0.8), Constraints(max_mean_cost=0.8))
+    assert not is_feasible(R(0, 0, 0, NAN), Constraints(max_mean_cost=0.8))
+    assert constraint_violation(R(0, 0, 0, 99.0)) == 0.0
+
+
+def test_without_limits_the_constrained_rule_is_the_plain_one():
+    for a, b in itertools.product(GRID, GRID):
+        assert compare(a, b, NO_CONSTRAINTS) == compare(a, b)
+
+
+@given(st.lists(st.builds(R, st.integers(0, 50), st.integers(-400_000_000, 400_000_000), st.just(0.0),
+                          st.sampled_from([0.1, 0.5, 0.8, 0.81, 1.0, 2.0, 700.0])), min_size=2, max_size=10))
+def test_tune_score_orders_as_rank_key_within_its_bands(results):
+    limits = Constraints(max_mean_cost=0.8)
+    for a, b in itertools.combinations(results, 2):
+        order = compare(a, b, limits)
+        if order < 0:
+            assert tune_score(a, limits) > tune_score(b, limits)
+        elif order > 0:
+            assert tune_score(a, limits) < tune_score(b, limits)
+
+
+def test_tune_score_of_nan_is_worst():
+    assert tune_score(R(NAN, 0.0, 0.0)) == -INF and tune_score(R(0, NAN, 0.0)) == -INF

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from search.rank import rank
+from rollout.policy import Policy
+from search.rank import Constraints, rank
 
 REPO = Path(__file__).resolve().parents[1]
 SPACE = {"parameters": {
@@ -40,6 +41,7 @@ def far(args, cwd, **kwargs):
 class Row:
     def __init__(self, row):
         self.critical_failures, self.reward, self.cost = row["critical_failures"], row["reward"], row["cost"]
+        self.mean_cost = row["mean_cost"]
         self.params = {k.removeprefix("param_"): v for k, v in row.items() if k.startswith("param_")}
 
 
@@ -52,18 +54,25 @@ def test_evolutionary_search_end_to_end(tmp_path):
     trials = [Row(r) for r in pq.read_table(out / "trials.parquet").to_pylist()]
     assert len(trials) == 14 and len({json.dumps(t.params, sort_keys=True) for t in trials}) == 14
     summary = json.loads((out / "summary.json").read_text())
-    best = rank(trials)[0]
-    assert summary["winner"]["policy"] == best.params
-    assert summary["winner"]["train"]["critical_failures"] == best.critical_failures
-    assert summary["winner"]["train"]["reward"] == pytest.approx(best.reward)
-    assert "reason" in summary["gate"] and len(summary["leaderboard"]) == 3
+    ranked = rank(trials, Constraints(max_mean_cost=0.9))  # the config's gate limit
+    board = summary["leaderboard"]
+    assert [e["policy"] for e in board] == [Policy(**t.params).short() for t in ranked[:3]]
+    deployable = [e["rank"] for e in board if e["gate"] == "DEPLOY"]
+    assert summary["winner"]["deployable"] == bool(deployable)
+    assert summary["winner"]["rank"] == (deployable[0] if deployable else 1)  # the best train-ranked that deploys
+    chosen = ranked[summary["winner"]["rank"] - 1]
+    assert summary["winner"]["policy"] == chosen.params
+    assert summary["winner"]["train"]["critical_failures"] == chosen.critical_failures
+    assert summary["winner"]["train"]["reward"] == pytest.approx(chosen.reward)
+    assert summary["gate"]["deploy"] == bool(deployable) and "reason" in summary["gate"] and len(board) == 3
     assert {"train_reward/scn", "holdout_reward/scn", "gap_reward/scn"} <= set(summary["leaderboard"][0])
     rollouts = pq.read_table(out / "rollouts.parquet").to_pylist()
     assert {r["split"] for r in rollouts} == {"train", "holdout"} and len(rollouts) == 3 * 400
     report = (out / "report.html").read_text()
     assert report.count("<svg") >= 4 and "Pareto" in report and "<script" not in report
     assert (out / "tune").is_dir()
-    assert "Winner:" in run.stdout and "Gate on holdout:" in run.stdout
+    assert ("Winner (the best on train that passes the gate on holdout)" in run.stdout or
+            "No policy found passes the gate" in run.stdout) and "Gate on holdout:" in run.stdout
 
 
 @pytest.mark.parametrize("method, budget, expected", [("grid", 24, 24), ("random", 9, 9)])
@@ -121,6 +130,19 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     (lambda c: c.update(space={"parameters": {"max_retries": {"type": "int", "low": 0, "high": 99}}}),
      "max_retries"),
     (lambda c: c["search"].update(method="grid", budget=5), "more than the budget"),
+    (lambda c: c.update(space={"parameters": {"max_retries": {"type": "int", "low": 0, "high": 10**12}}}),
+     "space.parameters.max_retries"),
+    (lambda c: c.update(space={"parameters": {"cloud_threshold": {"type": "float", "low": -1e308, "high": 1e308}}}),
+     "finite"),
+    (lambda c: c.update(rewards={"penalties": {"UNSAFE_ACTION_EXECUTED": float("nan")}}),
+     "rewards.penalties.UNSAFE_ACTION_EXECUTED"),
+    (lambda c: c.update(rewards={"successes": {"TASK_SUCCESS": float("inf")}}), "rewards.successes.TASK_SUCCESS"),
+    (lambda c: c.update(models={"cloud": {"backend": "gpt-9"}}), "models.cloud.backend"),
+    (lambda c: c["search"].update(concurrency=1000), "search.concurrency"),
+    (lambda c: c["search"].update(actors=1000), "search.actors"),
+    (lambda c: c.update(gate={"max_critical_rate_upper": 0.001}), "needs at least 2995 holdout scenarios"),
+    (lambda c: c.update(suite={"name": "no_such_suite"}), "bad.yaml: field 'suite.name'"),
+    (lambda c: c.update(suite={"name": "edge_cloud", "size": 100, "colour": "red"}), "bad.yaml: field 'suite"),
 ])
 def test_bad_search_config_fails_before_ray_starts(tmp_path, mutate, fragment):
     config = {"suite": {"name": "edge_cloud", "size": 100}, "space": json.loads(json.dumps(SPACE)),
@@ -135,6 +157,28 @@ def test_bad_search_config_fails_before_ray_starts(tmp_path, mutate, fragment):
     assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in run.stderr
     assert "Ray" not in run.stderr and time.time() - started < 30
     assert not (tmp_path / "results").exists()
+
+
+def test_a_config_that_is_not_utf8_or_not_readable_is_one_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"suite: {name: edge_cloud}\nsearch: {method: \xff\xfe random}\n")
+    run = far(["search", str(path)], tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().startswith(f"far: error: {path}: not UTF-8 text") and "line 2" in run.stderr
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    run = far(["search", str(folder)], tmp_path)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1 and "Traceback" not in run.stderr
+
+
+def test_an_output_path_inside_a_file_fails_before_any_work(tmp_path):
+    (tmp_path / "blocker").write_text("a file")
+    path = write(tmp_path, {"method": "random", "budget": 3}, output="blocker/results")
+    started = time.time()
+    run = far(["search", str(path)], tmp_path)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and time.time() - started < 30
+    assert "lies inside" in run.stderr and "which is a file" in run.stderr and "field 'output'" in run.stderr
+    assert (tmp_path / "blocker").read_text() == "a file"
 
 
 def _free_port() -> int:

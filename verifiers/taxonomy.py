@@ -10,7 +10,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, model_validator
 
 from rollout.errors import FarInputError, from_validation_error
 from rollout.io import load_mapping
@@ -65,9 +65,10 @@ class RewardTable(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    penalties: dict[FailureKind, float] = Field(
+    # finite only: an infinite or NaN entry would make every sum of rewards meaningless (and summaries invalid JSON)
+    penalties: dict[FailureKind, FiniteFloat] = Field(
         default_factory=lambda: {FailureKind(k): v for k, v in DEFAULT_PENALTIES.items()})
-    successes: dict[SuccessKind, float] = Field(
+    successes: dict[SuccessKind, FiniteFloat] = Field(
         default_factory=lambda: {SuccessKind(k): v for k, v in DEFAULT_SUCCESSES.items()})
     critical: frozenset[FailureKind] = frozenset(FailureKind(k) for k in DEFAULT_CRITICAL)
 
