@@ -55,13 +55,14 @@ class Trial:
 
 
 def test_cost_critical_front_keeps_the_non_dominated_and_top_policies_respect_the_limit():
-    trials = [Trial(Policy(cloud_threshold=0.0), 0, 100.0, 1.2, 1.2), Trial(Policy(cloud_threshold=0.3), 1, 90.0, 0.7, 0.7),
-              Trial(Policy(cloud_threshold=0.5), 1, 80.0, 0.9, 0.9), Trial(Policy(cloud_threshold=1.0), 9, 10.0, 0.1, 0.1),
-              Trial(Policy(cloud_threshold=0.0), 0, 100.0, 1.2, 1.2)]  # a repeat counts once
+    trials = [Trial(Policy(cloud_threshold=t), critical, reward, cost, cost)
+              for t, critical, reward, cost in [(0.0, 0, 100.0, 1.2), (0.3, 1, 90.0, 0.7), (0.5, 1, 80.0, 0.9),
+                                                (1.0, 9, 10.0, 0.1), (0.0, 0, 100.0, 1.2)]]  # a repeat counts once
     front = cost_critical_front(trials)
     assert [t.policy.cloud_threshold for t in front] == [1.0, 0.3, 0.0]
     assert [p.cloud_threshold for p in top_policies(trials, 3)] == [0.0, 0.3, 0.5]
-    assert [p.cloud_threshold for p in top_policies(trials, 3, Constraints(max_mean_cost=0.8))] == [0.3, 1.0, 0.0]
+    # within the limit first (0.3, then 1.0 with more critical failures), then the smaller violation (0.9 < 1.2)
+    assert [p.cloud_threshold for p in top_policies(trials, 3, Constraints(max_mean_cost=0.8))] == [0.3, 1.0, 0.5]
 
 
 def test_result_files_get_the_users_umask(tmp_path):
