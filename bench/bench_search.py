@@ -168,6 +168,55 @@ def search_quality(seeds: int) -> dict:
     return out
 
 
+def llm_quality(seeds: int, budget: int) -> dict:
+    """Issue 13: the LLM searcher with the shipped settings (``method: llm``: SmolLM2 on the transformers engine,
+    constrained to the proposal's JSON schema) on the default config, evaluations answered from the exhaustive
+    table: the share of proposals that are valid (parse and lie in the space), and whether and when its best so
+    far reaches the grid's best deployable policy, against random search at the same budget."""
+    import pickle
+
+    from rollout.models.engines import EngineSpec, build_engine
+    from search.config import ProposerSettings
+    from search.llm_proposer import LLMProposalSearcher
+
+    loaded = load_search_config(CONFIG, output=str(ROOT / "bench" / "out" / "unused"))
+    config = loaded.config
+    constraints = Constraints.from_gate(config.gate)
+    tables = ROOT / "bench" / "out" / "exhaustive.pkl"
+    if tables.exists():
+        train, holdout = pickle.loads(tables.read_bytes())
+    else:
+        train, holdout = exhaustive(loaded)
+        tables.write_bytes(pickle.dumps((train, holdout)))
+    ordered = sorted(train, key=lambda k: rank_key(train[k], constraints))
+    optimum = next(k for k in ordered if gated(holdout[k], config.gate))
+    optimum_key = rank_key(train[optimum], constraints)
+    llm = ProposerSettings()
+    lm = build_engine(EngineSpec(engine=llm.engine, model=llm.model, options=llm.engine_options))
+    out: dict = {"budget": budget, "seeds": seeds, "engine": llm.engine, "model": llm.model, "runs": []}
+    for seed in range(seeds):
+        started = time.perf_counter()
+        searcher = LLMProposalSearcher(loaded.space, lm, warmup=llm.warmup, temperature=llm.temperature,
+                                       max_tokens=llm.max_tokens, seed=seed, constraints=constraints,
+                                       **config.search.evolutionary.model_dump())
+        proposals = list(drive(searcher, train, budget))
+        counts = dict(searcher.counts)
+        run = {"seed": seed, "counts": counts,
+               "valid_rate": (counts["accepted"] + counts["duplicate"]) / max(1, counts["proposed"]),
+               "llm_steps_to_optimum": steps_to_optimum(proposals, train, optimum_key, constraints),
+               "random_steps_to_optimum": steps_to_optimum(
+                   list(random_search(loaded, train, seed, constraints))[:budget], train, optimum_key, constraints),
+               "seconds": round(time.perf_counter() - started, 1)}
+        out["runs"].append(run)
+        print("llm", json.dumps(run), flush=True)
+    proposed = sum(r["counts"]["proposed"] for r in out["runs"])
+    valid = sum(r["counts"]["accepted"] + r["counts"]["duplicate"] for r in out["runs"])
+    out["valid_rate"] = valid / max(1, proposed)
+    out["llm_reached"] = sum(r["llm_steps_to_optimum"] is not None for r in out["runs"])
+    out["random_reached"] = sum(r["random_steps_to_optimum"] is not None for r in out["runs"])
+    return out
+
+
 def search_config(tmp: Path, method: str, budget: int, actors: int, concurrency: int, engine: str, size: int) -> Path:
     import yaml
 
@@ -230,12 +279,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "search.json"))
-    parser.add_argument("--skip", nargs="*", default=[], choices=["quality", "overhead", "actors"])
+    parser.add_argument("--skip", nargs="*", default=[], choices=["quality", "llm", "overhead", "actors"])
+    parser.add_argument("--llm-seeds", type=int, default=3)
+    parser.add_argument("--llm-budget", type=int, default=60)
     args = parser.parse_args()
     results: dict = {}
     if "quality" not in args.skip:
         results["search_quality"] = search_quality(args.seeds)
         print(json.dumps(results["search_quality"]), flush=True)
+    if "llm" not in args.skip:
+        results["llm_quality"] = llm_quality(args.llm_seeds, args.llm_budget)
+        print(json.dumps({k: v for k, v in results["llm_quality"].items() if k != "runs"}), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
         if "overhead" not in args.skip:

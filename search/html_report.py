@@ -1,4 +1,11 @@
-"""``report.html``: one self-contained page (inline SVG, no scripts, no network) for a search run."""
+"""``report.html`` for a search run: one self-contained page, drawn with Plotly (its JavaScript inlined: it opens
+offline, and hovering a point shows that policy's parameters and figures).
+
+What a person reads, top to bottom: the verdict (which policy ships, or a plain sentence of what to change when
+none does), the leaderboard (train vs holdout, gate), the search's progress (the best so far never goes
+down), cost vs reward with the gate's cost limit and the deployable policies marked, and where the winner's
+reward was lost. ``tests/test_report.py`` checks the page in a real headless browser.
+"""
 from __future__ import annotations
 
 import html
@@ -6,75 +13,130 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from search.rank import NO_CONSTRAINTS, Constraints, is_feasible, rank, rank_key
 from search.results import PolicyResult
 
-WIDTH, HEIGHT, PAD = 560, 260, 44
+COST_AXIS = "cost per scenario (cost units; one cloud call = 1.0)"
+REWARD_AXIS = "reward on train (points, sum over scenarios)"
 
 
-def _scale(values: Sequence[float], low_px: float, high_px: float):
-    finite = [v for v in values if math.isfinite(v)]
-    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
-    if hi == lo:
-        lo, hi = lo - 1, hi + 1
-    return lambda v: low_px + (v - lo) / (hi - lo) * (high_px - low_px), lo, hi
+def _figure_html(figure: Any, div_id: str, first: bool) -> str:
+    # the first chart carries plotly.js inline; the others reuse it (one copy per page)
+    return figure.to_html(full_html=False, include_plotlyjs=True if first else False, div_id=div_id,
+                          config={"displaylogo": False, "responsive": True})
 
 
-def _axes(title: str, x_label: str, y_label: str, x_range: tuple, y_range: tuple) -> str:
-    return (f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" font-weight="bold">{html.escape(title)}</text>'
-            f'<line x1="{PAD}" y1="{HEIGHT - PAD}" x2="{WIDTH - 10}" y2="{HEIGHT - PAD}" stroke="#444"/>'
-            f'<line x1="{PAD}" y1="24" x2="{PAD}" y2="{HEIGHT - PAD}" stroke="#444"/>'
-            f'<text x="{WIDTH / 2}" y="{HEIGHT - 8}" text-anchor="middle">{html.escape(x_label)} '
-            f'[{x_range[0]:.3g} … {x_range[1]:.3g}]</text>'
-            f'<text x="12" y="{HEIGHT / 2}" transform="rotate(-90 12 {HEIGHT / 2})" text-anchor="middle">'
-            f'{html.escape(y_label)} [{y_range[0]:.3g} … {y_range[1]:.3g}]</text>')
+def _layout(figure: Any, title: str, x_title: str, y_title: str, height: int = 420) -> None:
+    figure.update_layout(title={"text": title, "x": 0.01}, height=height, template="plotly_white",
+                         margin={"l": 70, "r": 30, "t": 90, "b": 60}, hovermode="closest",
+                         legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"})
+    figure.update_xaxes(title_text=x_title, showticklabels=True, ticks="outside", automargin=True)
+    figure.update_yaxes(title_text=y_title, showticklabels=True, ticks="outside", automargin=True)
 
 
-def line_chart(title: str, xs: Sequence[float], ys: Sequence[float], x_label: str, y_label: str) -> str:
-    if not xs:
-        return ""
-    sx, x0, x1 = _scale(xs, PAD, WIDTH - 10)
-    sy, y0, y1 = _scale(ys, HEIGHT - PAD, 24)
-    points = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(xs, ys) if math.isfinite(y))
-    return (f'<svg width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
-            f'{_axes(title, x_label, y_label, (x0, x1), (y0, y1))}'
-            f'<polyline fill="none" stroke="#1f77b4" stroke-width="2" points="{points}"/></svg>')
+def _describe(trial: Any) -> str:
+    return (f"{html.escape(trial.policy.short())}<br>critical {trial.critical_failures:g} · reward "
+            f"{trial.reward:,.0f} · cost/scenario {trial.mean_cost:.3f}")
 
 
-def scatter(title: str, points: Sequence[tuple[float, float, str]], front: set[int], x_label: str,
-            y_label: str) -> str:
-    if not points:
-        return f"<p>{html.escape(title)}: no policy without critical failures.</p>"
-    sx, x0, x1 = _scale([p[0] for p in points], PAD, WIDTH - 10)
-    sy, y0, y1 = _scale([p[1] for p in points], HEIGHT - PAD, 24)
-    dots = "".join(
-        f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{5 if i in front else 3}" '
-        f'fill="{"#d62728" if i in front else "#7f7f7f"}"><title>{html.escape(label)}</title></circle>'
-        for i, (x, y, label) in enumerate(points))
-    return (f'<svg width="{WIDTH}" height="{HEIGHT}" xmlns="http://www.w3.org/2000/svg">'
-            f'{_axes(title, x_label, y_label, (x0, x1), (y0, y1))}{dots}</svg>')
+def progress_figure(trials: Sequence[Any], constraints: Constraints) -> Any:
+    """Trial by trial: each trial's reward (within / outside the cost limit), and the best so far by
+    ``search.rank`` drawn as the share of all trials it beats -- a line that never goes down."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    final = rank(trials, constraints)
+    keys = [rank_key(t, constraints) for t in final]
+    best, share, best_text = None, [], []
+    for trial in trials:
+        if best is None or rank_key(trial, constraints) < rank_key(best, constraints):
+            best = trial
+        key = rank_key(best, constraints)
+        share.append(100.0 * sum(k > key for k in keys) / max(1, len(keys) - 1) if len(keys) > 1 else 100.0)
+        best_text.append(_describe(best))
+    xs = list(range(1, len(trials) + 1))
+    figure = make_subplots(specs=[[{"secondary_y": True}]])
+    for feasible, colour, name in ((True, "#2a9d8f", "trial within the cost limit"),
+                                   (False, "#bbbbbb", "trial over the cost limit")):
+        picked = [(x, t) for x, t in zip(xs, trials) if is_feasible(t, constraints) == feasible]
+        figure.add_trace(go.Scatter(x=[x for x, _ in picked], y=[t.reward for _, t in picked], mode="markers",
+                                    name=name, marker={"color": colour, "size": 7},
+                                    hovertext=[_describe(t) for _, t in picked], hoverinfo="text+x"),
+                         secondary_y=False)
+    figure.add_trace(go.Scatter(x=xs, y=share, mode="lines", line={"shape": "hv", "color": "#e76f51", "width": 3},
+                                name="best so far: % of all trials it beats", hovertext=best_text,
+                                hoverinfo="text+y"), secondary_y=True)
+    _layout(figure, "Search progress", "trial (in the order the searcher proposed them)", REWARD_AXIS)
+    figure.update_yaxes(title_text="best so far beats (% of trials)", range=[0, 105], dtick=20, secondary_y=True,
+                        ticks="outside", automargin=True, showgrid=False)
+    return figure
 
 
-def bar_chart(title: str, items: Sequence[tuple[str, float]]) -> str:
-    items = [(k, v) for k, v in items if v]
-    if not items:
-        return f"<p>{html.escape(title)}: none.</p>"
-    top = max(v for _, v in items)
-    row = 22
-    height = 30 + row * len(items)
-    bars = "".join(
-        f'<text x="230" y="{40 + i * row}" text-anchor="end">{html.escape(k)}</text>'
-        f'<rect x="236" y="{28 + i * row}" width="{300 * v / top:.1f}" height="16" fill="#ff7f0e"/>'
-        f'<text x="{240 + 300 * v / top:.1f}" y="{40 + i * row}">{v:g}</text>'
-        for i, (k, v) in enumerate(items))
-    return (f'<svg width="{WIDTH + 40}" height="{height}" xmlns="http://www.w3.org/2000/svg">'
-            f'<text x="10" y="16" font-weight="bold">{html.escape(title)}</text>{bars}</svg>')
+def front_figure(trials: Sequence[Any], leaderboard: Sequence[dict[str, Any]], constraints: Constraints) -> Any:
+    """Cost vs reward of every policy tried (train), coloured by critical failures; the gate's cost limit as a
+    line; policies checked on holdout marked DEPLOY / NO-DEPLOY."""
+    import plotly.graph_objects as go
+
+    distinct: dict[Any, Any] = {}
+    for trial in trials:
+        distinct.setdefault(trial.policy, trial)
+    points = [t for t in distinct.values() if math.isfinite(t.mean_cost) and math.isfinite(t.reward)]
+    figure = go.Figure()
+    figure.add_trace(go.Scatter(
+        x=[t.mean_cost for t in points], y=[t.reward for t in points], mode="markers", name="policy tried",
+        marker={"color": [t.critical_failures for t in points], "colorscale": "Reds", "size": 8,
+                "colorbar": {"title": {"text": "critical failures", "side": "right"}},
+                "line": {"width": 0.5, "color": "#555"}},
+        hovertext=[_describe(t) for t in points], hoverinfo="text"))
+    verdicts = {entry["policy"]: entry["gate"] for entry in leaderboard}
+    for verdict, symbol, colour in (("DEPLOY", "star", "#2a9d8f"), ("NO-DEPLOY", "x", "#264653")):
+        marked = [t for t in points if verdicts.get(t.policy.short()) == verdict]
+        if marked:
+            figure.add_trace(go.Scatter(
+                x=[t.mean_cost for t in marked], y=[t.reward for t in marked], mode="markers",
+                name=f"checked on holdout: {verdict}", marker={"symbol": symbol, "size": 16, "color": colour},
+                hovertext=[_describe(t) + f"<br>holdout gate: {verdict}" for t in marked], hoverinfo="text"))
+    if constraints.max_mean_cost is not None:
+        figure.add_vline(x=constraints.max_mean_cost, line={"dash": "dash", "color": "#e76f51"},
+                         annotation_text=f"gate cost limit {constraints.max_mean_cost:g}",
+                         annotation_position="top")
+    _layout(figure, "Cost vs reward of the policies tried (train)", COST_AXIS, REWARD_AXIS, height=460)
+    return figure
 
 
-def pareto_front(points: Sequence[tuple[float, float, str]]) -> set[int]:
-    """Indices not dominated in (lower cost, higher reward): ``verifiers.pareto``'s rule on (−cost, reward)."""
-    from verifiers.pareto import pareto_front as front
+def failures_figure(train: PolicyResult, holdout: PolicyResult) -> Any:
+    """The winner's failures by type on train and holdout (full names, never clipped)."""
+    import plotly.graph_objects as go
 
-    return set(front([(-cost, reward) for cost, reward, _ in points]))
+    kinds = sorted(k for k in set(train.failure_counts) | set(holdout.failure_counts)
+                   if train.failure_counts.get(k, 0) or holdout.failure_counts.get(k, 0))
+    figure = go.Figure()
+    for result, colour in ((train, "#264653"), (holdout, "#f4a261")):
+        figure.add_trace(go.Bar(y=kinds, x=[result.failure_counts.get(k, 0) / result.scenarios * 100 for k in kinds],
+                                orientation="h", name=f"{result.split} ({result.scenarios} scenarios)",
+                                marker={"color": colour},
+                                hovertext=[f"{k}: {result.failure_counts.get(k, 0)} of {result.scenarios}"
+                                           for k in kinds], hoverinfo="text"))
+    _layout(figure, "Failures of the winner, by type", "scenarios with this failure (%)", "",
+            height=140 + 40 * max(1, len(kinds)))
+    figure.update_layout(barmode="group")
+    return figure
+
+
+def reward_lost_figure(train: PolicyResult) -> Any:
+    """Reward the winner lost on train, by the policy parameter whose decision caused it."""
+    import plotly.graph_objects as go
+
+    by_parameter: dict[str, float] = {}
+    for by_param in train.reward_lost.values():
+        for parameter, lost in by_param.items():
+            by_parameter[parameter] = by_parameter.get(parameter, 0.0) + lost
+    items = sorted(by_parameter.items(), key=lambda kv: kv[1])
+    figure = go.Figure(go.Bar(y=[k for k, _ in items], x=[v for _, v in items], orientation="h",
+                              marker={"color": "#e9c46a"}, name="reward lost"))
+    _layout(figure, "Reward lost on train, by deciding parameter", "reward lost (points)", "",
+            height=140 + 40 * max(1, len(items)))
+    return figure
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -83,48 +145,46 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboard: Sequence[dict[str, Any]],
-           winner_train: PolicyResult, winner_holdout: PolicyResult, constraints: Any = None) -> str:
-    best_critical, best_reward, xs = [], [], []
-    best = None
-    from search.rank import NO_CONSTRAINTS, rank_key
-
-    constraints = constraints or NO_CONSTRAINTS
-    for index, trial in enumerate(trials, start=1):
-        if best is None or rank_key(trial, constraints) < rank_key(best, constraints):
-            best = trial
-        xs.append(index)
-        best_critical.append(best.critical_failures)
-        best_reward.append(best.reward)
-    safe = [(t.metrics["mean_cost"], t.reward, f"{t.params} reward={t.reward:.0f}") for t in trials
-            if t.critical_failures == 0]
-    kinds = sorted(set(winner_train.failure_counts) | set(winner_holdout.failure_counts))
-    by_parameter: dict[str, float] = {}
-    for by_param in winner_train.reward_lost.values():
-        for parameter, lost in by_param.items():
-            by_parameter[parameter] = by_parameter.get(parameter, 0.0) + lost
+def verdict_html(summary: dict[str, Any]) -> str:
+    winner = summary["winner"]
     gate = summary["gate"]
+    policy = ", ".join(f"{k}={v}" for k, v in winner["policy"].items())
+    if winner.get("deployable", gate["deploy"]):
+        return (f'<p class="verdict deploy">Ship <b>{html.escape(policy)}</b> (rank {winner.get("rank", 1)} on '
+                f"train): it passes the gate on holdout — {html.escape(gate['reason'])}.</p>")
+    advice = (summary.get("no_deploy") or {}).get("advice") or []
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in advice)
+    return (f'<p class="verdict no-deploy">Nothing found passes the gate on holdout. The best on train, '
+            f"<b>{html.escape(policy)}</b>, fails: {html.escape(gate['reason'])}.</p>"
+            f'<p>What to change:</p><ul class="advice">{items}</ul>')
+
+
+def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboard: Sequence[dict[str, Any]],
+           winner_train: PolicyResult, winner_holdout: PolicyResult, constraints: Constraints | None = None) -> str:
+    constraints = constraints or NO_CONSTRAINTS
     models = summary["models"]
-    winner = ", ".join(f"{k}={v}" for k, v in summary["winner"]["policy"].items())
+    charts = [progress_figure(trials, constraints), front_figure(trials, leaderboard, constraints),
+              failures_figure(winner_train, winner_holdout), reward_lost_figure(winner_train)]
+    ids = ["progress", "front", "failures", "reward-lost"]
+    drawn = [_figure_html(figure, div_id, first=i == 0) for i, (figure, div_id) in enumerate(zip(charts, ids))]
+    simulated = " (simulation involved)" if models.get("simulated") else ""
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
-<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#eee}}</style></head><body>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#eee}}
+.verdict{{font-size:1.15em;padding:.6em;border-radius:4px}}.deploy{{background:#e0f2ef}}
+.no-deploy{{background:#fbe9e4}}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>Method <b>{html.escape(summary['search']['method'])}</b>, {len(trials)} trials. Models: edge
-{html.escape(models['edge'])}, cloud {html.escape(models['cloud'])}, user {html.escape(models['user'])}
-{'(simulation involved)' if models.get('simulated') else ''}.</p>
-<h2>Winner and gate</h2>
-<p><b>{html.escape(winner)}</b> — gate on holdout:
-<b>{'DEPLOY' if gate['deploy'] else 'NO-DEPLOY'}</b> ({html.escape(gate['reason'])}).</p>
+{html.escape(models['edge'])}, cloud {html.escape(models['cloud'])}, user {html.escape(models['user'])}{simulated}.</p>
+<h2>Which policy can I ship?</h2>
+{verdict_html(summary)}
 <h2>Leaderboard: train vs holdout</h2>
 {table(list(leaderboard[0].keys()) if leaderboard else [], [list(r.values()) for r in leaderboard])}
 <h2>Search progress</h2>
-{line_chart('Best so far: critical failures (train)', xs, best_critical, 'trial', 'critical failures')}
-{line_chart('Best so far: reward (train)', xs, best_reward, 'trial', 'reward')}
-<h2>Cost vs reward of policies with zero critical failures (train; red: Pareto front)</h2>
-{scatter('zero-critical policies', safe, pareto_front(safe), 'cost per scenario', 'reward')}
-<h2>Failures of the winner</h2>
-{bar_chart('train: count by failure type', [(k, winner_train.failure_counts.get(k, 0)) for k in kinds])}
-{bar_chart('holdout: count by failure type', [(k, winner_holdout.failure_counts.get(k, 0)) for k in kinds])}
-{bar_chart('train: reward lost by deciding parameter', sorted(by_parameter.items(), key=lambda kv: -kv[1]))}
+{drawn[0]}
+<h2>Cost vs reward</h2>
+{drawn[1]}
+<h2>Where the winner loses reward</h2>
+{drawn[2]}
+{drawn[3]}
 </body></html>"""

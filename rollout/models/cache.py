@@ -23,9 +23,14 @@ from rollout.models.lm import LM, TRANSIENT_FAULTS, GenerateRequest, GenerateRes
 R = TypeVar("R", bound=BaseModel)
 
 
+# Bumped when engines start answering the same request differently: 2 = the transformers engine constrains
+# JSON-schema requests (before, it generated them freely), so answers cached under 1 must not be served.
+KEY_VERSION = 2
+
+
 def call_key(model_id: str, operation: str, request: BaseModel) -> str:
-    payload = json.dumps({"model": model_id, "op": operation, "request": request.model_dump(mode="json")},
-                         sort_keys=True, separators=(",", ":"))
+    payload = json.dumps({"model": model_id, "op": operation, "request": request.model_dump(mode="json"),
+                          "v": KEY_VERSION}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()
 
 

@@ -1,12 +1,16 @@
 """Transformers engine on CPU: batched next-token scoring and generation for small models such as SmolLM2.
 
-No constrained decoding here: JSON-schema requests are generated freely and the caller parses strictly (a
-malformed answer is a MALFORMED_OUTPUT fault, not a crash).
+A request with a ``json_schema`` is decoded under that schema's grammar (xgrammar's logits processor: at each
+step only tokens that keep the output a valid prefix of a schema-conforming JSON document are allowed), as the
+vLLM and HTTP engines do, so every answer parses unless it runs out of ``max_tokens``. Callers still parse
+strictly (a malformed answer is a MALFORMED_OUTPUT fault, not a crash).
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from rollout.models.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from rollout.models.weights import LocalModel, offline
@@ -29,6 +33,20 @@ class TransformersLM:
         self.model = AutoModelForCausalLM.from_pretrained(model.path, dtype=torch.float32)
         self.model.eval()
         self._candidate_ids: dict[str, list[int]] = {}
+        self._grammar_compiler: Any = None
+        self._grammars: dict[str, Any] = {}
+
+    def _schema_processor(self, schema: dict[str, Any]) -> Any:
+        """A fresh logits processor constraining one generation to ``schema`` (compiled grammars are kept)."""
+        import xgrammar
+
+        if self._grammar_compiler is None:
+            info = xgrammar.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self.model.config.vocab_size)
+            self._grammar_compiler = xgrammar.GrammarCompiler(info)
+        key = json.dumps(schema, sort_keys=True)
+        if key not in self._grammars:
+            self._grammars[key] = self._grammar_compiler.compile_json_schema(key, strict_mode=True)
+        return xgrammar.contrib.hf.LogitsProcessor(self._grammars[key])
 
     def _prompt(self, messages) -> str:
         return self.tokenizer.apply_chat_template([m.model_dump() for m in messages], tokenize=False,
@@ -72,6 +90,8 @@ class TransformersLM:
                 generator_kwargs = {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p}
             else:
                 generator_kwargs = {"do_sample": False}
+            if request.json_schema is not None:
+                generator_kwargs["logits_processor"] = [self._schema_processor(request.json_schema)]
             with torch.inference_mode():
                 output = self.model.generate(**encoded, max_new_tokens=params.max_tokens,
                                              pad_token_id=self.tokenizer.pad_token_id, **generator_kwargs)
