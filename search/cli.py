@@ -148,13 +148,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "verifier": config.verifier.model_dump(mode="json"),
         "sensitivity": ensemble_report,
         "versions": _versions(),
-        "seconds": round(time.perf_counter() - started, 3),
     }
-    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / "summary.json", summary)  # no wall-clock figure: same config and seed, same file
+    write_json_atomic(out / "timings.json", {"seconds": round(time.perf_counter() - started, 3)})
     calls = models.cache_stats()
     print(f"\nModel calls: {calls['calls_made']} made, {calls['hits']} answered from the cache")
     print(f"\nResults: {out}/ (summary.json, policy_results.parquet, rollouts.parquet, attribution.parquet, "
-          "breakdown.parquet, scenarios.parquet)")
+          "breakdown.parquet, scenarios.parquet, timings.json)")
     return 0
 
 
@@ -276,6 +276,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     write_parquet_atomic(out / "rollouts.parquet", pa.Table.from_pylist(board.rows))
     write_parquet_atomic(out / "policy_results.parquet", pa.Table.from_pylist([r.row() for r in results]))
     calls_stats = models.cache_stats()
+    if proposer is not None:  # the LLM searcher's calls count like any other model's
+        if isinstance(proposer, CachedLM):
+            asked = {"hits": proposer.stats.hits, "misses": proposer.stats.misses}
+        else:
+            asked = {"hits": 0, "misses": run.searcher_counts.get("proposed", 0)}
+        calls_stats = {"hits": calls_stats["hits"] + asked["hits"], "misses": calls_stats["misses"] + asked["misses"],
+                       "calls_made": calls_stats["calls_made"] + asked["misses"],
+                       "proposer": {**asked, "calls_made": asked["misses"]}}
     summary: dict[str, Any] = {
         "command": "search",
         "config_file": loaded.source,

@@ -152,11 +152,17 @@ def verdict_html(summary: dict[str, Any]) -> str:
     if winner.get("deployable", gate["deploy"]):
         return (f'<p class="verdict deploy">Ship <b>{html.escape(policy)}</b> (rank {winner.get("rank", 1)} on '
                 f"train): it passes the gate on holdout — {html.escape(gate['reason'])}.</p>")
-    advice = (summary.get("no_deploy") or {}).get("advice") or []
-    items = "".join(f"<li>{html.escape(line)}</li>" for line in advice)
+    no_deploy = summary.get("no_deploy") or {}
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in no_deploy.get("advice") or [])
+    front = no_deploy.get("cost_critical_front") or []
+    front_table = table(["policy", "critical failures (train)", "cost per scenario (train)", "reward (train)"],
+                        [[f["policy"], f["train_critical"], f"{f['train_cost/scn']:.3f}", f"{f['train_reward']:,.0f}"]
+                         for f in front]) if front else ""
     return (f'<p class="verdict no-deploy">Nothing found passes the gate on holdout. The best on train, '
             f"<b>{html.escape(policy)}</b>, fails: {html.escape(gate['reason'])}.</p>"
-            f'<p>What to change:</p><ul class="advice">{items}</ul>')
+            f'<p>What to change:</p><ul class="advice">{items}</ul>'
+            + (f"<p>Cost vs critical failures, the front of what was found (no policy is both cheaper and "
+               f"safer than one of these):</p>{front_table}" if front_table else ""))
 
 
 def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboard: Sequence[dict[str, Any]],

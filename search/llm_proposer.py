@@ -94,9 +94,11 @@ class LLMProposalSearcher(EvolutionarySearcher):
             return None
         if not self.space.contains(policy):
             return None
-        if self.on_grid and any(data[n] not in d.grid_values() for n, d in self.space.parameters.items()):
+        # the policy's own typed values, so that 1 and 1.0 (a JSON writer's choice) are the same proposal
+        config = {name: getattr(policy, name) for name in self.space.parameters}
+        if self.on_grid and any(config[n] not in d.grid_values() for n, d in self.space.parameters.items()):
             return None
-        return {name: data[name] for name in self.space.parameters}
+        return config
 
     def _propose(self) -> Config:
         if len(self.parents()) < self.warmup:

@@ -12,7 +12,7 @@ from rollout.policy import Policy
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from search.gate import GateConfig, gate
-from search.rank import rank
+from search.rank import Constraints, rank
 from search.results import aggregate
 from verifiers.ensemble import EnsembleVerifier
 from verifiers.verdict import Z_DIMENSIONS, Verdict
@@ -50,7 +50,8 @@ def sensitivity(ensemble: EnsembleVerifier, evaluated: Sequence[Evaluated], gate
                         for t, v in zip(item.trajectories, item.verdicts, strict=True)]
             results.append(aggregate(item.name, item.policy, item.split, verdicts,
                                      [t.cost for t in item.trajectories], simulated, gate_config.confidence))
-        ranking = [r.policy_name for r in rank([r for r in results if r.split == "train"])]
+        ranking = [r.policy_name for r in rank([r for r in results if r.split == "train"],
+                                               Constraints.from_gate(gate_config))]
         gates = {r.policy_name: gate(r.critical_failures, r.rollouts_with_critical, r.scenarios, r.mean_cost,
                                      gate_config).deploy for r in results if r.split == "holdout"}
         critical = {r.policy_name: r.critical_failures for r in results if r.split == "holdout"}

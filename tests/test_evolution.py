@@ -215,3 +215,11 @@ def test_selection_respects_the_cost_limit():
     safe_costly = Scored({"n": 2}, 0, 50.0, 9.0, mean_cost=1.5)
     assert tournament([cheap_risky, safe_costly], random.Random(0), 50, Constraints(max_mean_cost=0.8)) is cheap_risky
     assert tournament([cheap_risky, safe_costly], random.Random(0), 50) is safe_costly
+
+
+def test_an_llm_proposal_is_read_as_the_policys_typed_values():
+    searcher = LLMProposalSearcher(SPACE, ScriptedLM([]), population=4)
+    written = '{"cloud_threshold": 1, "max_retries": 2, "require_confirmation": true, "fallback_mode": "none"}'
+    parsed = searcher.parse(written)
+    assert parsed is not None and isinstance(parsed["cloud_threshold"], float)
+    assert config_key(parsed) == config_key({**json.loads(written), "cloud_threshold": 1.0})

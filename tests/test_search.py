@@ -232,3 +232,18 @@ def test_ray_job_submit_against_a_head(tmp_path):
                     process.kill()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
+
+
+def test_same_config_and_seed_give_the_same_summary_whatever_the_concurrency(tmp_path):
+    summaries = []
+    for concurrency in (1, 2):
+        path = write(tmp_path, {"method": "evolutionary", "budget": 12, "seed": 3, "concurrency": concurrency,
+                                "evolutionary": {"population": 4}}, size=300)
+        run = far(["search", str(path), "--quiet", "--output", f"out{concurrency}"], tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+        summary = json.loads((tmp_path / f"out{concurrency}" / "summary.json").read_text())
+        for holder in (summary["config"]["search"], summary["search"]):
+            holder.pop("concurrency")
+        summaries.append(summary)
+        assert "seconds" in json.loads((tmp_path / f"out{concurrency}" / "timings.json").read_text())
+    assert summaries[0] == summaries[1]
