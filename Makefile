@@ -25,8 +25,9 @@ $(VENV)/.models: $(VENV)/.core
 
 # report.html is checked in a real headless browser: the system's Chromium (Debian's package, ~35 s as root),
 # driven by the playwright wheel (a test extra). Playwright's own browser download cannot reach its servers.
-$(VENV)/.browser:
-	command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
+$(VENV)/.browser: $(VENV)/.core
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium)
 	touch $@
 
 install: $(VENV)/.core

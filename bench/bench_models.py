@@ -100,7 +100,8 @@ def end_to_end(config: Path) -> dict:
                            stderr=subprocess.DEVNULL)
             wall = time.perf_counter() - started
             summary = json.loads((Path(tmp) / name / "summary.json").read_text())
-            runs.append({"wall_s": wall, **summary["models"]["model_calls"],
+            stats = json.loads((Path(tmp) / name / "run_stats.json").read_text())
+            runs.append({"wall_s": wall, **stats["model_calls"],
                          "policies": len(summary["policies"]), "scenarios": sum(
                              summary["splits"][s]["count"] for s in ("train", "holdout"))})
     return {"first": runs[0], "second": runs[1], "rerun_speedup": runs[0]["wall_s"] / runs[1]["wall_s"]}

@@ -306,10 +306,8 @@ def _line(metrics: dict[str, float]) -> str:
 
 def _report(output: Path, rows: Sequence[dict[str, Any]]) -> None:
     from rollout.io import write_text_atomic
-    from search.html_report import line_chart
+    from search.html_report import metric_rounds_page
 
     rounds = [r["round"] for r in rows]
-    charts = "".join(line_chart(f"{name} on holdout by round", rounds, [r[name] for r in rows], "round", name)
-                     for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf"))
-    write_text_atomic(output / "report.html", f"<!doctype html><html><head><meta charset='utf-8'><title>FAR "
-                      f"evolve</title></head><body><h1>FATE rounds</h1>{charts}</body></html>")
+    series = {name: [r[name] for r in rows] for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf")}
+    write_text_atomic(output / "report.html", metric_rounds_page("FATE rounds", rounds, series, "round"))

@@ -137,7 +137,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "config": loaded.raw,
         "suite": suite.describe(),
         "splits": split_manifest(suite),
-        "models": models.describe(),
+        "models": {k: v for k, v in models.describe().items() if k != "model_calls"},  # in run_stats.json
         "engine": config.engine,
         "rewards": loaded.rewards.model_dump(mode="json"),
         "gate_config": config.gate.model_dump(),
@@ -149,12 +149,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "sensitivity": ensemble_report,
         "versions": _versions(),
     }
-    write_json_atomic(out / "summary.json", summary)  # no wall-clock figure: same config and seed, same file
-    write_json_atomic(out / "timings.json", {"seconds": round(time.perf_counter() - started, 3)})
     calls = models.cache_stats()
+    # summary.json holds no figure of this run's circumstances (time, a warm cache): same config and seed, same file
+    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / "run_stats.json", {"seconds": round(time.perf_counter() - started, 3),
+                                               "model_calls": calls})
     print(f"\nModel calls: {calls['calls_made']} made, {calls['hits']} answered from the cache")
     print(f"\nResults: {out}/ (summary.json, policy_results.parquet, rollouts.parquet, attribution.parquet, "
-          "breakdown.parquet, scenarios.parquet, timings.json)")
+          "breakdown.parquet, scenarios.parquet, run_stats.json)")
     return 0
 
 
@@ -184,7 +186,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     settings = config.search
     remote = args.address or os.environ.get("RAY_ADDRESS")
     if not remote:
-        check_capacity(settings, float(os.cpu_count() or 1), loaded.source, "this machine")
+        check_capacity(settings, float(len(os.sched_getaffinity(0))), loaded.source, "this machine")
 
     from rollout.scenario import SPLITS
     from rollout.suites import split_manifest
@@ -291,7 +293,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         "search": settings.model_dump(),
         "suite": suite.describe(),
         "splits": split_manifest(suite),
-        "models": models.describe(),
+        "models": {k: v for k, v in models.describe().items() if k != "model_calls"},  # in run_stats.json
         "engine": config.engine,
         "trials": len(run.trials),
         "searcher": run.searcher_counts,
@@ -303,17 +305,17 @@ def cmd_search(args: argparse.Namespace) -> int:
         "gates": [v.to_dict() for v in board.gates],
         "seeds": {"search": settings.seed, "suite": config.suite.model_dump().get("seed")},
         "versions": _versions(),
-        "model_calls": calls_stats,
     }
-    write_json_atomic(out / "summary.json", summary)  # no wall-clock figure: same config and seed, same file
-    write_json_atomic(out / "timings.json", {"seconds": round(time.perf_counter() - started, 3),
-                                             "tune_seconds": round(run.seconds, 3)})
+    # summary.json holds no figure of this run's circumstances (time, a warm cache): same config and seed, same file
+    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / "run_stats.json", {"seconds": round(time.perf_counter() - started, 3),
+                                               "tune_seconds": round(run.seconds, 3), "model_calls": calls_stats})
     write_text_atomic(out / "report.html", render(f"FAR search: {settings.method}", summary, run.trials,
                                                   leaderboard, winner_train, winner_holdout,
                                                   Constraints.from_gate(config.gate)))
     print(f"\nModel calls: {calls_stats['calls_made']} made, {calls_stats['hits']} answered from the cache")
     print(f"Results: {out}/ (summary.json, trials.parquet, rollouts.parquet, policy_results.parquet, report.html, "
-          "timings.json, tune/)")
+          "run_stats.json, tune/)")
     pool.shutdown()
     return 0
 

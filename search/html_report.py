@@ -139,6 +139,20 @@ def reward_lost_figure(train: PolicyResult) -> Any:
     return figure
 
 
+def metric_rounds_page(title: str, rounds: Sequence[int], series: dict[str, Sequence[float]], x_title: str) -> str:
+    """A self-contained page of one line chart per metric (``far evolve``'s rounds)."""
+    import plotly.graph_objects as go
+
+    drawn = []
+    for i, (name, values) in enumerate(series.items()):
+        figure = go.Figure(go.Scatter(x=list(rounds), y=list(values), mode="lines+markers", name=name))
+        _layout(figure, f"{name} on holdout by round", x_title, name, height=320)
+        drawn.append(_figure_html(figure, f"chart-{i}", first=i == 0))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title></head>"
+            f"<body style='font-family:sans-serif;max-width:1100px;margin:2em auto'><h1>{html.escape(title)}</h1>"
+            + "".join(drawn) + "</body></html>")
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)

@@ -105,8 +105,9 @@ def advice(board: Leaderboard, gate_config: GateConfig, holdout_scenarios: int) 
             cost_only.append((failed[0].value, position, policy))
     if cost_only:
         limit, position, policy = min(cost_only, key=lambda item: (item[0], item[1]))
-        lines.append(f"A cost limit of {math.ceil(limit * 1000) / 1000:g} per scenario (gate.max_mean_cost, now "
-                     f"{gate_config.max_mean_cost:g}) would deploy rank{position} ({policy.short()}).")
+        lines.append(f"rank{position} ({policy.short()}) would pass the gate with a cost limit of "
+                     f"{math.ceil(limit * 1000) / 1000:g} per scenario (gate.max_mean_cost, now "
+                     f"{gate_config.max_mean_cost:g}); a new limit also changes the train ranking: search again.")
     elif all(v.checks[0].value > v.checks[0].limit for v in board.gates):
         lines.append("No policy checked is free of critical failures on holdout: no limit should be raised for "
                      "that; widen the space (stricter settings) or improve the models.")

@@ -1,7 +1,9 @@
 """The LLM-proposed searcher: an LM reads failure statistics and the best policies so far and proposes the
 next policy as JSON. It proposes; it never executes. A proposal that is not valid JSON, not inside the
 space or already tried is counted (``invalid`` / ``duplicate``) and replaced by a mutation of the best
-policies (the evolutionary searcher's breeding), so the budget is never wasted.
+policies (the evolutionary searcher's breeding), so the budget is never wasted. It keeps the evolutionary
+searcher's generations (so it never depends on trial timing) but not its local search: after generation 0,
+every candidate is the LM's to propose.
 """
 from __future__ import annotations
 

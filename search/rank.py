@@ -109,8 +109,10 @@ def best(results: Sequence[T], constraints: Constraints = NO_CONSTRAINTS) -> T:
     return rank(results, constraints)[0]
 
 
-# Tune needs one number. Its bands keep rank_key's order while |reward| < 5e8, critical failures < 1e5 and a
-# violation is told apart to 1e-3: Tune only displays it; every choice FAR makes uses rank_key itself.
+# Tune needs one number, and only displays it: every choice FAR makes uses rank_key itself. The bands keep
+# rank_key's order when rewards are finite with |reward| < 5e8 and, between two trials outside the limits,
+# the violations differ by more than (critical difference x 1e9 + reward difference) / 1e12 -- e.g. by 1e-3
+# for up to ~1,000 critical failures apart.
 CRITICAL_WEIGHT = 1e9
 INFEASIBLE_OFFSET = 1e15
 VIOLATION_WEIGHT = 1e12

@@ -82,6 +82,12 @@ def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any
     return ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency), {}, budget
 
 
+def suggestion_number(experiment_tag: str) -> int:
+    """Tune's trial tag starts with the trial's creation number ("12_cloud_threshold=..."); unknown: last."""
+    head = str(experiment_tag).split("_", 1)[0]
+    return int(head) if head.isdigit() else 1 << 62
+
+
 @dataclass
 class TrialRecord:
     trial_id: str
@@ -143,7 +149,7 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
         )
     grid = tuner.fit()
     trials = []
-    for result in grid:  # Tune keeps its trials in creation order: the order the searcher suggested them
+    for result in grid:
         if result.error is not None or not result.metrics or "critical_failures" not in result.metrics:
             continue
         params = {name: result.config[name] for name in space.parameters}
@@ -152,5 +158,8 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
             metrics={k: v for k, v in result.metrics.items() if not isinstance(v, dict)},
             policy=space.policy(params), finished_at=result.metrics.get("finished_at", 0.0),
         ))
+    # suggestion order, never completion order: Tune numbers each trial's tag as it creates it (and keeps the
+    # counter across --resume, where it re-queues restored trials by their last result time)
+    trials.sort(key=lambda t: suggestion_number(t.metrics.get("experiment_tag", "")))
     counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
     return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started)

@@ -33,8 +33,9 @@ def test_advice_names_the_failed_condition_the_excess_and_the_limit_that_would_d
     lines = advice(board([(0, 1.126), (3, 0.5), (0, 0.95)]), GATE, 1000)
     assert lines[0].startswith("rank1 (thr=0 ") and "mean_cost 1.126 exceeds 0.8 by 0.326" in lines[0]
     assert "critical_failures 3 exceeds 0 by 3" in lines[1]
-    assert lines[-1] == ("A cost limit of 0.95 per scenario (gate.max_mean_cost, now 0.8) would deploy rank3 "
-                         "(thr=0.2 retries=1 confirm=yes fallback=safe_shutdown).")
+    assert lines[-1] == ("rank3 (thr=0.2 retries=1 confirm=yes fallback=safe_shutdown) would pass the gate with a "
+                         "cost limit of 0.95 per scenario (gate.max_mean_cost, now 0.8); a new limit also changes "
+                         "the train ranking: search again.")
 
 
 def test_advice_when_only_critical_failures_or_too_few_scenarios_block():

@@ -93,7 +93,9 @@ def test_rerun_of_a_real_model_evaluation_makes_no_model_calls(tmp_path):
         done = subprocess.run([sys.executable, "-m", "search", "evaluate", str(path), "--output", out], cwd=tmp_path,
                               env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-2000:]
-        return json.loads((tmp_path / out / "summary.json").read_text())
+        summary = json.loads((tmp_path / out / "summary.json").read_text())
+        summary["models"]["model_calls"] = json.loads((tmp_path / out / "run_stats.json").read_text())["model_calls"]
+        return summary
 
     first, second = run("first"), run("second")
     assert first["models"]["simulated"] is True  # the cloud and user are simulated here
@@ -120,6 +122,7 @@ def test_llm_proposed_search_with_smollm2(tmp_path):
             "max_retries": {"type": "int", "low": 0, "high": 2},
             "fallback_mode": {"type": "choice", "values": ["safe_shutdown", "ask_user", "none"]}}},
         "search": {"method": "llm", "budget": 6, "concurrency": 1, "actors": 1, "chunk_size": 50, "top_k": 2,
+                   "evolutionary": {"population": 3},  # generation 0: 3 random points; then the LM proposes
                    "llm": {"engine": "transformers", "model": "smollm2", "warmup": 3, "max_tokens": 60}},
         "output": "out",
     }
@@ -131,8 +134,12 @@ def test_llm_proposed_search_with_smollm2(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     counts = summary["searcher"]
-    assert counts["proposed"] == 3
+    assert counts["proposed"] >= 3  # one per later suggestion, more when a proposal repeats a tried policy
     assert counts["accepted"] + counts["invalid"] + counts["duplicate"] == counts["proposed"]
+    assert counts["invalid"] == 0  # decoded under the proposal's JSON schema: every answer parses, in the space
+    stats = json.loads((tmp_path / "out" / "run_stats.json").read_text())
+    assert stats["model_calls"]["proposer"]["calls_made"] + stats["model_calls"]["proposer"]["hits"] == \
+        counts["proposed"]
     trials = pq.read_table(tmp_path / "out" / "trials.parquet").to_pylist()
     assert len(trials) == 6 and len({json.dumps({k: v for k, v in t.items() if k.startswith("param_")},
                                                 sort_keys=True) for t in trials}) == 6

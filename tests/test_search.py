@@ -245,5 +245,5 @@ def test_same_config_and_seed_give_the_same_summary_whatever_the_concurrency(tmp
         for holder in (summary["config"]["search"], summary["search"]):
             holder.pop("concurrency")
         summaries.append(summary)
-        assert "seconds" in json.loads((tmp_path / f"out{concurrency}" / "timings.json").read_text())
+        assert "seconds" in json.loads((tmp_path / f"out{concurrency}" / "run_stats.json").read_text())
     assert summaries[0] == summaries[1]
