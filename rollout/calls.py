@@ -49,6 +49,7 @@ class Fittable(Protocol):
 class EdgeModel(Protocol):
     name: str
     simulated: bool
+    oracle: bool  # decides from the scenario's ground-truth labels (an upper bound, never evidence)
 
     def assess(self, scenarios: Sequence[Scenario]) -> list[EdgeAssessment]: ...
 
@@ -57,6 +58,7 @@ class EdgeModel(Protocol):
 class CloudModel(Protocol):
     name: str
     simulated: bool
+    oracle: bool
 
     def review(self, scenarios: Sequence[Scenario], proposals: Sequence[ToolAction],
                attempt: int = 0) -> list[CloudReview]:
@@ -226,12 +228,18 @@ class ModelSet:
     def simulated(self) -> bool:
         return bool(self.edge.simulated or self.cloud.simulated)
 
+    @property
+    def oracle_roles(self) -> tuple[str, ...]:
+        """The roles whose model reads the scenario's labels: every figure made with one is marked ORACLE."""
+        return tuple(role for role in ("edge", "cloud", "user") if getattr(getattr(self, role), "oracle", False))
+
     def describe(self) -> dict[str, object]:
         return {
             "edge": self.edge.name,
             "cloud": self.cloud.name,
             "user": self.user.name,
             "simulated": self.simulated,
+            "oracle": list(self.oracle_roles),
             "model_calls": self.cache_stats(),
         }
 

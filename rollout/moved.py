@@ -24,9 +24,11 @@ def moved_to(name: str) -> str | None:
     """The new path of an old module path, or None."""
     if not name.startswith("rollout."):
         return None
+    if name in TABLES:
+        return None
     for package in TABLES:
-        if name == package or name.startswith(package + "."):
-            return None  # a module inside a table's package is not an old path
+        # reached only for a name no other finder found; a table's package is then already imported (or being
+        # imported, when its MOVED may not exist yet: no alias then)
         table = getattr(importlib.import_module(package), "MOVED", {})
         if name in table:
             return table[name]

@@ -63,7 +63,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
 
     def label(model) -> str:
-        return f"{model.name} (SIMULATED)" if getattr(model, "simulated", True) else model.name
+        return f"{model.name} (ORACLE: reads the labels)" if getattr(model, "oracle", False) else model.name
 
     print(f"FAR evaluate: suite {suite.name} (train {sizes['train']}, holdout {sizes['holdout']}), engine "
           f"{config.engine}\n  models: edge {label(models.edge)}; cloud {label(models.cloud)}; "
@@ -100,7 +100,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
           (f" and cost/scenario <= {config.gate.max_mean_cost}" if config.gate.max_mean_cost is not None else "") +
           (f" and critical-rate upper bound <= {config.gate.max_critical_rate_upper}"
            if config.gate.max_critical_rate_upper is not None else ""))
-    print(gate_table({name: verdicts[name] for name in ranking}))
+    print(gate_table({name: verdicts[name] for name in ranking}, by_split["holdout"][0].mark))
     print()
     print("Ranking on train (within the cost limit first, then critical failures, reward, cost): " +
           ", ".join(f"{i + 1}. {name}" for i, name in enumerate(ranking)))
@@ -143,7 +143,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "gate_config": config.gate.model_dump(),
         "policies": {name: p.model_dump(mode="json") for name, p in loaded.policies.items()},
         "results": [r.model_dump(mode="json") for r in results],
-        "gate": {name: v.to_dict() for name, v in verdicts.items()},
+        "oracle": list(models.oracle_roles),  # non-empty: every figure here came from label-reading models
+        "gate": {name: {**v.to_dict(), "oracle": list(models.oracle_roles)} for name, v in verdicts.items()},
         "ranking_train": ranking,
         "verifier": config.verifier.model_dump(mode="json"),
         "sensitivity": ensemble_report,
@@ -244,6 +245,7 @@ def cmd_search(args: argparse.Namespace) -> int:
               "train_cost/scn": round(t.mean_cost, 4), "train_reward": t.reward}
              for t in cost_critical_front(run.trials)]
 
+    mark = f" [{winner_holdout.mark}]" if winner_holdout.oracle else ""  # beside every verdict an oracle made
     print()
     print(f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(board.policies)} on train (within the cost "
           "limit first, then critical failures, reward, cost), re-evaluated on holdout:")
@@ -253,13 +255,13 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(f"  {row['rank']}. {row['policy']}: train critical {row['train_critical']}, holdout critical "
               f"{row['holdout_critical']}, reward/scn train {row['train_reward/scn']} vs holdout "
               f"{row['holdout_reward/scn']} (gap {row['gap_reward/scn']}), cost/scn holdout "
-              f"{row['holdout_cost/scn']}, {row['gate']}")
+              f"{row['holdout_cost/scn']}, {row['gate']}{mark}")
     if board.deployable:
         print(f"\nWinner (the best on train that passes the gate on holdout): rank{chosen + 1}, {winner.short()}"
-              f"\nGate on holdout: DEPLOY -- {winner_gate.reason}")
+              f"\nGate on holdout: DEPLOY{mark} -- {winner_gate.reason}")
     else:
         print(f"\nNo policy found passes the gate on holdout; best on train: {winner.short()}\n"
-              f"Gate on holdout: NO-DEPLOY -- {winner_gate.reason}")
+              f"Gate on holdout: NO-DEPLOY{mark} -- {winner_gate.reason}")
         print("\nWhat failed, and what would deploy:")
         for line in no_deploy:
             print(f"  {line}")
@@ -272,7 +274,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     out = loaded.output
     trial_rows = [{"trial_id": t.trial_id, "order": i, **{f"param_{k}": v for k, v in t.params.items()},
-                   **{k: v for k, v in t.metrics.items() if isinstance(v, (int, float, str, bool))}}
+                   **{k: v for k, v in t.metrics.items() if isinstance(v, (int, float, str, bool))},
+                   "oracle": ",".join(models.oracle_roles)}  # "" = no model read the labels
                   for i, t in enumerate(run.trials)]
     write_parquet_atomic(out / "trials.parquet", pa.Table.from_pylist(trial_rows))
     write_parquet_atomic(out / "rollouts.parquet", pa.Table.from_pylist(board.rows))
@@ -299,7 +302,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         "searcher": run.searcher_counts,
         "winner": {"policy": winner.model_dump(mode="json"), "rank": chosen + 1, "deployable": board.deployable,
                    "train": winner_train.model_dump(mode="json"), "holdout": winner_holdout.model_dump(mode="json")},
-        "gate": winner_gate.to_dict(),
+        "oracle": list(models.oracle_roles),  # non-empty: every figure here came from label-reading models
+        "gate": {**winner_gate.to_dict(), "oracle": list(winner_holdout.oracle)},
         "no_deploy": {"advice": no_deploy, "cost_critical_front": front} if not board.deployable else None,
         "leaderboard": leaderboard,
         "gates": [v.to_dict() for v in board.gates],

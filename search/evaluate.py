@@ -122,10 +122,13 @@ class Evaluator:
         with gc_paused():
             verdicts = verify_all(self.verifier, scenarios, trajectories)
         result = aggregate(name, policy, split, verdicts, [t.cost for t in trajectories],
-                           simulated=self.models.simulated, confidence=self.confidence)
+                           simulated=self.models.simulated, confidence=self.confidence,
+                           oracle=self.models.oracle_roles)
         evaluation = SplitEvaluation(result, trajectories, verdicts)
         if with_rows:
+            oracle = ",".join(self.models.oracle_roles)  # "" = no model read the labels
             evaluation.rows = [
-                rollout_row(name, s, t, v, self.engine) for s, t, v in zip(scenarios, trajectories, verdicts)
+                {**rollout_row(name, s, t, v, self.engine), "oracle": oracle}
+                for s, t, v in zip(scenarios, trajectories, verdicts)
             ]
         return evaluation

@@ -10,8 +10,9 @@ are always in it), crossed over (uniform, per parameter) and mutated (each param
 at least one): a float or int moves to a neighbouring value (a neighbouring grid point when searching the
 grid), a bool flips, a choice changes. The first ``local_search`` share of each generation is local search
 instead (a memetic step): the untried one-parameter neighbours of the best parents, best parent first. So the
-same seed gives the same trials whatever the concurrency and whichever trial finishes first. Suggestions already made are not repeated; when the grid is exhausted the
-searcher finishes. State is saved atomically (temp file + ``os.replace``) for ``--resume``.
+same seed gives the same trials whatever the concurrency and whichever trial finishes first. Suggestions
+already made are not repeated; when the grid is exhausted the searcher finishes. State is saved atomically
+(temp file + ``os.replace``) for ``--resume``.
 """
 from __future__ import annotations
 

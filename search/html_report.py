@@ -163,16 +163,17 @@ def verdict_html(summary: dict[str, Any]) -> str:
     winner = summary["winner"]
     gate = summary["gate"]
     policy = ", ".join(f"{k}={v}" for k, v in winner["policy"].items())
+    oracle = " [ORACLE]" if gate.get("oracle") else ""
     if winner.get("deployable", gate["deploy"]):
         return (f'<p class="verdict deploy">Ship <b>{html.escape(policy)}</b> (rank {winner.get("rank", 1)} on '
-                f"train): it passes the gate on holdout — {html.escape(gate['reason'])}.</p>")
+                f"train): it passes the gate on holdout{oracle} — {html.escape(gate['reason'])}.</p>")
     no_deploy = summary.get("no_deploy") or {}
     items = "".join(f"<li>{html.escape(line)}</li>" for line in no_deploy.get("advice") or [])
     front = no_deploy.get("cost_critical_front") or []
     front_table = table(["policy", "critical failures (train)", "cost per scenario (train)", "reward (train)"],
                         [[f["policy"], f["train_critical"], f"{f['train_cost/scn']:.3f}", f"{f['train_reward']:,.0f}"]
                          for f in front]) if front else ""
-    return (f'<p class="verdict no-deploy">Nothing found passes the gate on holdout. The best on train, '
+    return (f'<p class="verdict no-deploy">Nothing found passes the gate on holdout{oracle}. The best on train, '
             f"<b>{html.escape(policy)}</b>, fails: {html.escape(gate['reason'])}.</p>"
             f'<p>What to change:</p><ul class="advice">{items}</ul>'
             + (f"<p>Cost vs critical failures, the front of what was found (no policy is both cheaper and "
@@ -187,15 +188,19 @@ def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboa
               failures_figure(winner_train, winner_holdout), reward_lost_figure(winner_train)]
     ids = ["progress", "front", "failures", "reward-lost"]
     drawn = [_figure_html(figure, div_id, first=i == 0) for i, (figure, div_id) in enumerate(zip(charts, ids))]
-    simulated = " (simulation involved)" if models.get("simulated") else ""
+    oracle = summary.get("oracle") or []
+    banner = (f'<p class="oracle"><b>ORACLE</b>: the {", ".join(oracle)} model(s) read each scenario\'s '
+              "ground-truth labels. Every figure on this page is an upper bound, not evidence of how the policy "
+              "behaves with real models.</p>") if oracle else ""
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#eee}}
 .verdict{{font-size:1.15em;padding:.6em;border-radius:4px}}.deploy{{background:#e0f2ef}}
-.no-deploy{{background:#fbe9e4}}</style></head><body>
+.no-deploy{{background:#fbe9e4}}.oracle{{background:#fff3c4;padding:.6em;border:2px solid #e9c46a}}</style></head><body>
 <h1>{html.escape(title)}</h1>
 <p>Method <b>{html.escape(summary['search']['method'])}</b>, {len(trials)} trials. Models: edge
-{html.escape(models['edge'])}, cloud {html.escape(models['cloud'])}, user {html.escape(models['user'])}{simulated}.</p>
+{html.escape(models['edge'])}, cloud {html.escape(models['cloud'])}, user {html.escape(models['user'])}.</p>
+{banner}
 <h2>Which policy can I ship?</h2>
 {verdict_html(summary)}
 <h2>Leaderboard: train vs holdout</h2>

@@ -45,6 +45,7 @@ class Leaderboard:
                 "gap_reward/scn": round(train_per - holdout_per, 3),
                 "train_cost/scn": round(train.mean_cost, 3), "holdout_cost/scn": round(holdout.mean_cost, 3),
                 "gate": "DEPLOY" if verdict.deploy else "NO-DEPLOY",
+                "models": holdout.mark,  # ORACLE (...) when label-reading models made these figures
             })
         return entries
 

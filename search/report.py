@@ -28,19 +28,22 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def results_table(results: Sequence[PolicyResult]) -> str:
     kinds = list(ABBREVIATIONS)
     header = ["policy", "split", "n", "critical", "reward", "cost/scn", *ABBREVIATIONS.values(),
-              "z_sec", "z_util", "z_or", "z_ctrl"]
+              "z_sec", "z_util", "z_or", "z_ctrl", "models"]
     rows = []
     for r in results:
         rows.append([
             r.policy_name, r.split, str(r.scenarios), str(r.critical_failures), f"{r.reward:.0f}",
             f"{r.mean_cost:.3f}", *(str(r.failure_counts.get(k, 0)) for k in kinds),
             *(f"{r.z_mean[d]:.3f}" for d in ("security", "utility", "over_refusal", "controllability")),
+            r.mark,
         ])
     return _table(header, rows)
 
 
-def gate_table(verdicts: dict[str, GateVerdict]) -> str:
-    rows = [[name, "DEPLOY" if v.deploy else "NO-DEPLOY", f"{v.critical_rate_upper:.4f}", v.reason]
+def gate_table(verdicts: dict[str, GateVerdict], mark: str = "") -> str:
+    """``mark``: ORACLE (...) when label-reading models produced the holdout figures, printed beside each verdict."""
+    suffix = f" [{mark}]" if mark and mark != "real" else ""
+    rows = [[name, ("DEPLOY" if v.deploy else "NO-DEPLOY") + suffix, f"{v.critical_rate_upper:.4f}", v.reason]
             for name, v in verdicts.items()]
     return _table(["policy", "verdict", "crit_rate_ub", "reason"], rows)
 

@@ -38,6 +38,12 @@ class PolicyResult(BaseModel):
     z_mean: dict[str, float]
     reward_lost: dict[str, dict[str, float]]  # failure kind -> policy parameter (or "(model)") -> reward lost
     simulated: bool
+    oracle: tuple[str, ...] = ()  # roles (edge, cloud, user) whose model read the labels: an ORACLE figure
+
+    @property
+    def mark(self) -> str:
+        """What to print beside this result's numbers: ORACLE when a label-reading model produced them."""
+        return f"ORACLE ({'+'.join(self.oracle)})" if self.oracle else "real"
 
     def row(self) -> dict[str, Any]:
         """A flat row for ``policy_results.parquet``."""
@@ -47,11 +53,13 @@ class PolicyResult(BaseModel):
         row.update({f"successes_{k}": v for k, v in self.success_counts.items()})
         row.update({f"z_{k}": v for k, v in self.z_mean.items()})
         row["reward_lost"] = json.dumps(self.reward_lost, sort_keys=True)
+        row["oracle"] = ",".join(self.oracle)  # "" = no model read the labels
         return row
 
 
 def aggregate(policy_name: str, policy: Policy, split: str, verdicts: Sequence[Verdict],
-              costs: Sequence[float], simulated: bool, confidence: float = 0.95) -> PolicyResult:
+              costs: Sequence[float], simulated: bool, confidence: float = 0.95,
+              oracle: Sequence[str] = ()) -> PolicyResult:
     """One policy's totals over a split from its per-rollout verdicts and costs."""
     failure_kinds = [k.value for k in FailureKind]
     success_kinds = [k.value for k in SuccessKind]
@@ -84,7 +92,7 @@ def aggregate(policy_name: str, policy: Policy, split: str, verdicts: Sequence[V
         failure_counts=dict(failures), success_counts=dict(successes),
         z_mean={d: (s / n if n else float("nan")) for d, s in zip(Z_DIMENSIONS, z_sums)},
         reward_lost={kind: dict(by_param) for kind, by_param in lost.items()},
-        simulated=simulated,
+        simulated=simulated, oracle=tuple(oracle),
     )
 
 

@@ -115,7 +115,8 @@ class PolicyScorer:
         scenarios = [item.scenario for item in prepared]
         verdicts = verify_all(evaluator.verifier, scenarios, trajectories)
         result = aggregate("api", request.policy, request.split, verdicts, [t.cost for t in trajectories],
-                           evaluator.models.simulated, self.config.gate.confidence)
+                           evaluator.models.simulated, self.config.gate.confidence,
+                           oracle=evaluator.models.oracle_roles)
         verdict = gate(result.critical_failures, result.rollouts_with_critical, result.scenarios, result.mean_cost,
                        self.config.gate)
         return PolicyScore(suite=request.suite, result=result, gate=verdict.to_dict())

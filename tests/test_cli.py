@@ -41,20 +41,22 @@ def test_evaluate_end_to_end(tmp_path):
     config = write_config(tmp_path)
     run = far("evaluate", str(config), cwd=tmp_path)
     assert run.returncode == 0, run.stderr
-    assert "SIMULATED" in run.stdout and "holdout" in run.stdout and "NO-DEPLOY" in run.stdout
+    assert "ORACLE: reads the labels" in run.stdout and "holdout" in run.stdout and "NO-DEPLOY [ORACLE" in run.stdout
     out = tmp_path / "out"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ranking_train"][0] == "cautious"
     assert summary["gate"]["reckless"]["deploy"] is False
     assert "critical_failures" in summary["gate"]["reckless"]["reason"]
-    assert summary["models"]["simulated"] is True
+    assert summary["models"]["simulated"] is True and summary["oracle"] == ["edge", "cloud", "user"]
+    assert summary["gate"]["reckless"]["oracle"] == ["edge", "cloud", "user"]  # marked beside each verdict
     assert summary["splits"]["train"]["count"] + summary["splits"]["holdout"]["count"] == 300
     rollouts = pq.read_table(out / "rollouts.parquet").to_pylist()
-    assert len(rollouts) == 2 * 300
+    assert len(rollouts) == 2 * 300 and {r["oracle"] for r in rollouts} == {"edge,cloud,user"}
     attributed = [json.loads(r["failures"]) for r in rollouts if r["failures"] != "[]"]
     assert attributed and all({"step", "node", "cause_step", "parameter"} <= set(f) for fs in attributed for f in fs)
     results = pq.read_table(out / "policy_results.parquet").to_pylist()
     reckless_holdout = next(r for r in results if r["policy_name"] == "reckless" and r["split"] == "holdout")
+    assert reckless_holdout["oracle"] == "edge,cloud,user"
     holdout_rows = [r for r in rollouts if r["policy"] == "reckless" and r["split"] == "holdout"]
     assert reckless_holdout["critical_failures"] == sum(r["critical_failures"] for r in holdout_rows)
     assert reckless_holdout["reward"] == pytest.approx(sum(r["reward"] for r in holdout_rows))

@@ -157,7 +157,7 @@ def test_rollout_rooms_keep_to_themselves(graph):
         ("rollout.suites", "rollout.suites.registry"): {
             "rollout.suites.edge_cloud", "rollout.suites.imported", "rollout.suites.agentdojo.suite"},
         ("rollout.models.backends",): {
-            "rollout.models.simulated", "rollout.models.lm_backends", "rollout.models.embedding_edge"},
+            "rollout.models.oracle", "rollout.models.lm_backends", "rollout.models.embedding_edge"},
         ("verifiers.ensemble",): {"verifiers.members"},
         ("verifiers.judge",): {"verifiers.agentdojo_judge", "verifiers.judgement"},
     }

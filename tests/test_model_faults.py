@@ -4,7 +4,7 @@ from conftest import PAY, PAY_RIGHT, THERMO, make_record, make_scenario
 
 from rollout.agent import build_graph, replay, run_live
 from rollout.calls import CloudReview, GroundTruthEnvironment, ModelSet
-from rollout.models.simulated import SimulatedEdge, SimulatedUser
+from rollout.models.oracle import OracleEdge as SimulatedEdge, OracleUser as SimulatedUser
 from rollout.policy import Policy
 from verifiers.rules import RuleVerifier
 from verifiers.taxonomy import FailureKind as K

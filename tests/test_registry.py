@@ -57,9 +57,10 @@ def test_entry_points_add_names(monkeypatch):
 
 def test_builtin_tables_name_what_the_configs_use():
     assert set(SUITES.names()) == {"parquet", "edge_cloud", "agentdojo"}
-    assert set(EDGE_BACKENDS) == {"simulated", "smollm2", "lm", "embedding"}
-    assert set(CLOUD_BACKENDS) == {"simulated", "vllm", "openai", "lm"}
-    assert set(USER_BACKENDS) == {"simulated"}
+    assert set(EDGE_BACKENDS) == {"oracle", "simulated", "smollm2", "lm", "embedding"}
+    assert set(CLOUD_BACKENDS) == {"oracle", "simulated", "vllm", "openai", "lm"}
+    assert set(USER_BACKENDS) == {"oracle", "simulated"}
+    assert EDGE_BACKENDS["simulated"] is EDGE_BACKENDS["oracle"]  # the old name of the same thing
     assert MEMBERS.names() == ("rules", "environment", "llm_judge")
     assert "agentdojo" in JUDGES
     for table in (SUITES, EDGE_BACKENDS, CLOUD_BACKENDS, USER_BACKENDS, MEMBERS, JUDGES):
@@ -81,7 +82,8 @@ def test_a_third_party_suite_builds_by_name(tmp_path):
 
 
 def test_unknown_names_fail_as_before():
-    with pytest.raises(FarInputError, match=r"unknown backend 'nope' \(known: embedding, lm, simulated, smollm2\)"):
+    known = r"\(known: embedding, lm, oracle, simulated, smollm2\)"
+    with pytest.raises(FarInputError, match=r"unknown backend 'nope' " + known):
         build_models(ModelsConfig(edge=BackendSpec(backend="nope")))
     with pytest.raises(ValueError, match=r"unknown member\(s\) \['nope'\] \(known: rules, environment, llm_judge\)"):
         EnsembleConfig(members=("rules", "nope"))
@@ -102,10 +104,12 @@ def test_old_module_paths_still_import_with_a_warning_naming_the_new_one():
             import rollout.engines.hf
             from rollout.models import ModelSet
             from rollout.suites import ParquetSuite
-        import rollout.calls, rollout.suites.edge_cloud, rollout.suites.imported
+            from rollout.models.simulated import SimulatedEdge
+        import rollout.calls, rollout.models.oracle, rollout.suites.edge_cloud, rollout.suites.imported
         assert rollout.backends is rollout.models.backends
         assert EdgeCloudSuite is rollout.suites.edge_cloud.EdgeCloudSuite
         assert ModelSet is rollout.calls.ModelSet and ParquetSuite is rollout.suites.imported.ParquetSuite
+        assert SimulatedEdge is rollout.models.oracle.OracleEdge
         for message in sorted({str(w.message) for w in caught if w.category is DeprecationWarning}):
             print(message)
     """)
@@ -116,6 +120,7 @@ def test_old_module_paths_still_import_with_a_warning_naming_the_new_one():
         "rollout.engines moved to rollout.models.engines; import it from there",
         "rollout.engines.hf moved to rollout.models.engines.hf; import it from there",
         "rollout.models.ModelSet moved to rollout.calls.ModelSet",
+        "rollout.models.simulated moved to rollout.models.oracle; import it from there",
     ]
 
 

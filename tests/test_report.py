@@ -43,7 +43,7 @@ def result(policy: Policy, split: str, critical: int, mean_cost: float, n: int =
         simulated=True)
 
 
-def make_report(tmp_path, deployable: bool) -> tuple:
+def make_report(tmp_path, deployable: bool, oracle: tuple[str, ...] = ()) -> tuple:
     limits = Constraints(max_mean_cost=0.8)
     trials = []
     for i in range(40):  # a search whose best so far improves unevenly
@@ -61,7 +61,7 @@ def make_report(tmp_path, deployable: bool) -> tuple:
     summary = {
         "search": {"method": "evolutionary"}, "models": {"edge": "e", "cloud": "c", "user": "u", "simulated": True},
         "winner": {"policy": best.policy.model_dump(mode="json"), "rank": 1, "deployable": verdict.deploy},
-        "gate": verdict.to_dict(),
+        "gate": {**verdict.to_dict(), "oracle": list(oracle)}, "oracle": list(oracle),
         "no_deploy": None if verdict.deploy else {"advice": ["rank1: mean_cost 1.1 exceeds 0.8 by 0.3",
                                                              "A cost limit of 1.1 per scenario would deploy rank1."]},
     }
@@ -115,9 +115,9 @@ OVERLAPPING_TEXT = """() => {
 }"""
 
 
-@pytest.mark.parametrize("deployable", [True, False])
-def test_report_reads_right_in_a_real_browser(tmp_path, browser, deployable):
-    path, trials, limits = make_report(tmp_path, deployable)
+@pytest.mark.parametrize("deployable, oracle", [(True, ()), (False, ("edge", "cloud"))])
+def test_report_reads_right_in_a_real_browser(tmp_path, browser, deployable, oracle):
+    path, trials, limits = make_report(tmp_path, deployable, oracle)
     assert "cdn" not in path.read_text().lower().split("<body>")[1][:2000]  # nothing fetched: plotly.js is inline
     page = browser.new_page(viewport={"width": 1200, "height": 900})
     page.route("**/*", lambda route: route.abort() if not route.request.url.startswith("file:") else route.continue_())
@@ -144,6 +144,11 @@ def test_report_reads_right_in_a_real_browser(tmp_path, browser, deployable):
     axis = page.evaluate("document.getElementById('front').layout.xaxis.title.text")
     assert "cost per scenario" in axis and "cost units" in axis
     verdict = page.inner_text(".verdict")
+    if oracle:  # figures from label-reading models say so, before anything else and beside the verdict
+        assert page.inner_text(".oracle").startswith("ORACLE: the edge, cloud model(s) read")
+        assert "[ORACLE]" in verdict
+    else:
+        assert page.query_selector(".oracle") is None and "ORACLE" not in verdict
     if deployable:
         assert verdict.startswith("Ship ")
     else:

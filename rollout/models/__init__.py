@@ -1,4 +1,4 @@
-"""Model backends: simulated and real edge/cloud/user models, LM engines (transformers, vLLM, HTTP), local
+"""Model backends: oracle (label-reading) and real edge/cloud/user models, LM engines (transformers, vLLM, HTTP), local
 weights and the persistent model-call cache; the backend tables are in ``rollout.models.backends``.
 
 May import rollout's core (scenario, calls, errors, io, seeding, registry); never rollout.suites, verifiers
@@ -8,7 +8,8 @@ or anything above. A backend module never imports the tables that name it.
 # Old module paths (before the suites/ and models/ layout) -> new ones; see rollout.moved.
 MOVED = {
     "rollout.backends": "rollout.models.backends",
-    "rollout.simulated": "rollout.models.simulated",
+    "rollout.simulated": "rollout.models.oracle",
+    "rollout.models.simulated": "rollout.models.oracle",
     "rollout.lm": "rollout.models.lm",
     "rollout.lm_backends": "rollout.models.lm_backends",
     "rollout.embedding_edge": "rollout.models.embedding_edge",

@@ -1,6 +1,9 @@
 """Model backends by name; the config's ``models: {edge: {backend: ...}, ...}`` picks them.
 
-    edge:  simulated | smollm2 | embedding | lm        cloud: simulated | vllm | openai | lm      user: simulated
+    edge:  oracle | smollm2 | embedding | lm        cloud: oracle | vllm | openai | lm      user: oracle
+
+``oracle`` models read the scenario's labels (``rollout.models.oracle``): an upper bound, marked ORACLE in every
+output; ``simulated`` is their old name, still accepted.
 
 ``smollm2`` = ``lm`` on the transformers engine with the wheel's SmolLM2; ``vllm`` = ``lm`` on the vLLM
 engine; ``openai`` = ``lm`` on the HTTP client. LM-backed backends go through the persistent model-call cache
@@ -35,17 +38,20 @@ from rollout.models.spec import (  # noqa: F401  (the names users build models w
 from rollout.registry import Registry
 
 EDGE_BACKENDS: Registry[Factory] = Registry("backend", "far.edge_backends", {
-    "simulated": "rollout.models.simulated:build_edge",
+    "oracle": "rollout.models.oracle:build_edge",
+    "simulated": "rollout.models.oracle:build_edge",  # the oracle's old name
     "smollm2": "rollout.models.lm_backends:build_smollm2_edge",
     "lm": "rollout.models.lm_backends:build_lm_edge",
     "embedding": "rollout.models.embedding_edge:build_edge",
 })
 CLOUD_BACKENDS: Registry[Factory] = Registry("backend", "far.cloud_backends", {
-    "simulated": "rollout.models.simulated:build_cloud",
+    "oracle": "rollout.models.oracle:build_cloud",
+    "simulated": "rollout.models.oracle:build_cloud",  # the oracle's old name
     **{name: f"rollout.models.lm_backends:build_{name}_cloud" for name in CLOUD_LM_DEFAULTS},
 })
 USER_BACKENDS: Registry[Factory] = Registry("backend", "far.user_backends", {
-    "simulated": "rollout.models.simulated:build_user",
+    "oracle": "rollout.models.oracle:build_user",
+    "simulated": "rollout.models.oracle:build_user",  # the oracle's old name
 })
 
 

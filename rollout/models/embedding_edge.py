@@ -40,6 +40,7 @@ class EmbedResult(BaseModel):
 
 class EmbeddingRiskEdge:
     simulated = False
+    oracle = False
 
     def __init__(self, config: EmbeddingEdgeConfig | None = None, cache: CallCache | None = None) -> None:
         offline()

@@ -59,6 +59,7 @@ def action_text(action: ToolAction) -> str:
 
 class LMRiskEdge:
     simulated = False
+    oracle = False
 
     def __init__(self, lm: LM, cost: float = 0.02, calibrate: bool = True) -> None:
         self.lm = lm
@@ -137,6 +138,7 @@ def parse_review(text: str, proposal: ToolAction) -> tuple[str, ToolAction | Non
 
 class LMReviewCloud:
     simulated = False
+    oracle = False
 
     def __init__(self, lm: LM, cost: float = 1.0, max_tokens: int = 160, seed: int = 0,
                  retry_temperature: float = 0.7) -> None:

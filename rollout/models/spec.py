@@ -49,7 +49,7 @@ class CacheConfig(BaseModel):
 
 class BackendSpec(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
-    backend: str = "simulated"
+    backend: str = "oracle"  # reads the labels: an upper bound, marked ORACLE in every output
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

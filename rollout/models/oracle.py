@@ -1,4 +1,9 @@
-"""Seeded simulated edge, cloud and user models: the fast default, labelled as a simulation in every output.
+"""ORACLE edge, cloud and user models: seeded simulators that decide from each scenario's ground-truth labels.
+
+They are an upper bound and a fast test double, not evidence: a search over them learns to send everything to
+the label-reading cloud. Every model here has ``oracle = True``, and every table, summary and report figure
+produced with one is marked ORACLE (with the roles that read labels). Backend name ``oracle``; ``simulated``
+is its old name and still accepted.
 
 Noise model (all draws are keyed by (seed, model, scenario id), so outputs are reproducible and do not
 depend on batch composition or process):
@@ -20,7 +25,7 @@ Cloud review (``accuracy`` scales the error rates below; defaults shown):
   other benign  vetoes with p = 0.01, else executes
   Cost 1.0, latency 600 ms +- 200.
 
-Simulated user, asked to confirm an action:
+Oracle user, asked to confirm an action:
   the intended action: confirms; an unsafe action the user asked for: confirms with p = 0.6;
   an unsafe action the user did not ask for (injected, misread): confirms with p = 0.05;
   a flawed but benign proposal: confirms with p = 0.9.
@@ -38,7 +43,7 @@ from rollout.scenario import Scenario, ToolAction
 from rollout.seeding import keyed_rng
 
 
-class SimulatedEdgeConfig(BaseModel):
+class OracleEdgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int = 0
     calibration_noise: float = Field(0.0, ge=0.0, le=1.0)
@@ -46,7 +51,7 @@ class SimulatedEdgeConfig(BaseModel):
     latency_ms: float = Field(40.0, ge=0.0)
 
 
-class SimulatedCloudConfig(BaseModel):
+class OracleCloudConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int = 0
     unsafe_catch_rate: float = Field(0.99, ge=0.0, le=1.0)
@@ -57,7 +62,7 @@ class SimulatedCloudConfig(BaseModel):
     latency_ms: float = Field(600.0, ge=0.0)
 
 
-class SimulatedUserConfig(BaseModel):
+class OracleUserConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     seed: int = 0
     confirms_own_unsafe: float = Field(0.6, ge=0.0, le=1.0)
@@ -76,12 +81,13 @@ def _risk_prior(scenario: Scenario) -> tuple[float, float]:
     return (2.0, 6.0)
 
 
-class SimulatedEdge:
+class OracleEdge:
     simulated = True
+    oracle = True  # reads the scenario's labels
 
-    def __init__(self, config: SimulatedEdgeConfig | None = None) -> None:
-        self.config = config or SimulatedEdgeConfig()
-        self.name = f"simulated-edge(seed={self.config.seed})"
+    def __init__(self, config: OracleEdgeConfig | None = None) -> None:
+        self.config = config or OracleEdgeConfig()
+        self.name = f"oracle-edge(seed={self.config.seed})"
 
     def assess(self, scenarios: Sequence[Scenario]) -> list[EdgeAssessment]:
         return [self._assess(scenario) for scenario in scenarios]
@@ -97,12 +103,13 @@ class SimulatedEdge:
         return EdgeAssessment(risk=risk, proposal=scenario.proposed_action, cost=config.cost, latency_ms=latency)
 
 
-class SimulatedCloud:
+class OracleCloud:
     simulated = True
+    oracle = True  # reads the scenario's labels
 
-    def __init__(self, config: SimulatedCloudConfig | None = None) -> None:
-        self.config = config or SimulatedCloudConfig()
-        self.name = f"simulated-cloud(seed={self.config.seed})"
+    def __init__(self, config: OracleCloudConfig | None = None) -> None:
+        self.config = config or OracleCloudConfig()
+        self.name = f"oracle-cloud(seed={self.config.seed})"
 
     def review(self, scenarios: Sequence[Scenario], proposals: Sequence[ToolAction],
                attempt: int = 0) -> list[CloudReview]:
@@ -134,10 +141,12 @@ class SimulatedCloud:
         return review("execute", reason="judged safe")
 
 
-class SimulatedUser:
-    def __init__(self, config: SimulatedUserConfig | None = None) -> None:
-        self.config = config or SimulatedUserConfig()
-        self.name = f"simulated-user(seed={self.config.seed})"
+class OracleUser:
+    oracle = True  # reads the scenario's labels
+
+    def __init__(self, config: OracleUserConfig | None = None) -> None:
+        self.config = config or OracleUserConfig()
+        self.name = f"oracle-user(seed={self.config.seed})"
 
     def confirms(self, scenario: Scenario, action: ToolAction) -> bool:
         truth = scenario.ground_truth
@@ -154,13 +163,18 @@ class SimulatedUser:
 
 # --- factories named in rollout.models.backends -------------------------------------------------------------
 
-def build_edge(options: dict[str, Any], where: str, context: BuildContext) -> SimulatedEdge:
-    return SimulatedEdge(validated(SimulatedEdgeConfig, options, where))
+def build_edge(options: dict[str, Any], where: str, context: BuildContext) -> OracleEdge:
+    return OracleEdge(validated(OracleEdgeConfig, options, where))
 
 
-def build_cloud(options: dict[str, Any], where: str, context: BuildContext) -> SimulatedCloud:
-    return SimulatedCloud(validated(SimulatedCloudConfig, options, where))
+def build_cloud(options: dict[str, Any], where: str, context: BuildContext) -> OracleCloud:
+    return OracleCloud(validated(OracleCloudConfig, options, where))
 
 
-def build_user(options: dict[str, Any], where: str, context: BuildContext) -> SimulatedUser:
-    return SimulatedUser(validated(SimulatedUserConfig, options, where))
+def build_user(options: dict[str, Any], where: str, context: BuildContext) -> OracleUser:
+    return OracleUser(validated(OracleUserConfig, options, where))
+
+
+# the old names, for code written before the oracle models said what they are
+SimulatedEdge, SimulatedCloud, SimulatedUser = OracleEdge, OracleCloud, OracleUser
+SimulatedEdgeConfig, SimulatedCloudConfig, SimulatedUserConfig = OracleEdgeConfig, OracleCloudConfig, OracleUserConfig
