@@ -1,10 +1,11 @@
-"""Small logistic models in numpy: Platt scaling for a raw score, and a linear probe on embeddings.
+"""Small logistic models (scikit-learn): Platt scaling for a raw score, and a linear probe on embeddings.
 
 Both are fitted on the train split only (``require_train`` enforces it): holdout never shapes a model.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,27 +26,18 @@ def escalation_label(scenario: Scenario) -> int:
     return int(truth.unsafe or truth.needs_cloud)
 
 
-def fit_logistic(features: np.ndarray, labels: np.ndarray, l2: float = 1e-2, iterations: int = 50) -> np.ndarray:
-    """Weights (last entry = bias) of an L2-regularised logistic regression, by Newton's method."""
-    x = np.hstack([features, np.ones((features.shape[0], 1))])
-    y = labels.astype(float)
-    w = np.zeros(x.shape[1])
-    penalty = l2 * np.eye(x.shape[1])
-    penalty[-1, -1] = 0.0  # do not shrink the bias
-    for _ in range(iterations):
-        p = 1.0 / (1.0 + np.exp(-(x @ w)))
-        gradient = x.T @ (p - y) + penalty @ w
-        hessian = (x.T * (p * (1 - p))) @ x + penalty + 1e-9 * np.eye(x.shape[1])
-        step = np.linalg.solve(hessian, gradient)
-        w -= step
-        if np.max(np.abs(step)) < 1e-8:
-            break
-    return w
+def fit_logistic(features: np.ndarray, labels: np.ndarray, l2: float = 1e-2) -> Any:
+    """An L2-regularised logistic regression (scikit-learn's, lbfgs): the penalty is ``l2/2 · |w|²`` on the
+    weights, never on the bias (``C = 1 / l2`` in scikit-learn's terms)."""
+    from sklearn.linear_model import LogisticRegression
+
+    model = LogisticRegression(C=1.0 / l2, max_iter=1000, tol=1e-8)
+    return model.fit(np.asarray(features, dtype=float), np.asarray(labels).astype(int))
 
 
-def predict_logistic(weights: np.ndarray, features: np.ndarray) -> np.ndarray:
-    z = features @ weights[:-1] + weights[-1]
-    return 1.0 / (1.0 + np.exp(-z))
+def predict_logistic(model: Any, features: np.ndarray) -> np.ndarray:
+    """P(label 1) for each row."""
+    return model.predict_proba(np.asarray(features, dtype=float))[:, 1]
 
 
 def logit(p: np.ndarray | float, eps: float = 1e-6):
@@ -57,7 +49,7 @@ class PlattScaler:
     """risk = sigmoid(a * logit(raw) + b), fitted to escalation labels; the identity until fitted."""
 
     def __init__(self) -> None:
-        self.weights: np.ndarray | None = None
+        self.weights: Any = None  # the fitted model
 
     def fit(self, raw: Sequence[float], labels: Sequence[int]) -> "PlattScaler":
         labels_array = np.asarray(labels)
