@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from dataclasses import dataclass
 
 import pytest
 
@@ -16,20 +15,12 @@ from search.html_report import render
 from search.leaderboard import Leaderboard
 from search.rank import Constraints, rank_key
 from search.results import PolicyResult
+from test_leaderboard import Trial  # a search trial as ranking and reports read it
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # `make test` (and so CI) installs Chromium and sets FAR_REQUIRE_BROWSER: there a missing browser fails the run
 pytestmark = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("FAR_REQUIRE_BROWSER"),
                                 reason="needs the system Chromium (make test installs it)")
-
-
-@dataclass(frozen=True)
-class Trial:
-    policy: Policy
-    critical_failures: float
-    reward: float
-    cost: float
-    mean_cost: float
 
 
 def result(policy: Policy, split: str, critical: int, mean_cost: float, n: int = 1000) -> PolicyResult:
