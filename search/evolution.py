@@ -139,6 +139,8 @@ class EvolutionarySearcher(Searcher):
         self.completed: dict[int, Scored | None] = {}  # suggestion number -> result (None: the trial failed)
         self.seen: set[str] = set()
         self.grid_size = space.grid_size() if on_grid else None
+        self._ranked: list[Scored] = []
+        self._ranked_for = -1  # the generation start ``_ranked`` was sorted for
 
     @property
     def archive(self) -> list[Scored]:
@@ -153,7 +155,13 @@ class EvolutionarySearcher(Searcher):
         return [self.completed[i] for i in range(start) if self.completed.get(i) is not None]
 
     def ranked(self) -> list[Scored]:
-        return sorted(self.parents(), key=lambda s: rank_key(s, self.constraints))
+        """``parents()`` best first; fixed within a generation, so sorted once per generation (breeding asks
+        for it on every attempt)."""
+        start = len(self.suggested) - len(self.suggested) % self.population
+        if self._ranked_for != start:
+            self._ranked = sorted(self.parents(), key=lambda s: rank_key(s, self.constraints))
+            self._ranked_for = start
+        return self._ranked
 
     # -- the Searcher surface ------------------------------------------------------------------------
     def suggest(self, trial_id: str) -> Config | None:
@@ -216,13 +224,14 @@ class EvolutionarySearcher(Searcher):
                           for i, v in state["completed"]}
         self.seen = set(state["seen"])
         self.rng.setstate(_decode_rng(state["rng"]))
+        self._ranked_for = -1
 
     # -- breeding ------------------------------------------------------------------------------------
     def breeding_pool(self) -> list[Scored]:
         return self.ranked()[:max(self.population, self.elite)]
 
     def _breed(self) -> Config:
-        if len(self.suggested) < self.population or not self.parents():
+        if len(self.suggested) < self.population or not self.ranked():
             return random_config(self.space, self.rng, self.on_grid)
         pool = self.breeding_pool()
         first = tournament(pool, self.rng, self.tournament_size, self.constraints)
