@@ -75,6 +75,10 @@ def edge_assess(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
 
 def route(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     risk = ctx.calls.edge().risk
+    block = ctx.policy.edge_block_threshold
+    if risk > block:  # refused on the device: no cloud call (a faulted edge's risk 1.0 is blocked too)
+        return {"steps": Step(len(state["steps"]), "route", "block", "edge_block_threshold",
+                              {"risk": risk, "threshold": block}, 0.0, 0.0), "outcome": VETOED, "next": "finish"}
     threshold = ctx.policy.cloud_threshold
     inputs = {"risk": risk, "threshold": threshold}
     if risk >= threshold:

@@ -32,11 +32,15 @@ class Policy(BaseModel):
     max_retries: int = Field(1, ge=0, le=MAX_RETRIES_LIMIT, description="retries per failing operation")
     require_confirmation: bool = Field(True, description="ask the user before sensitive actions")
     fallback_mode: FallbackMode = Field(FallbackMode.SAFE_SHUTDOWN, description="behaviour after retries are spent")
+    edge_block_threshold: float = Field(
+        1.0, ge=0.0, le=1.0,
+        description="edge risk above this is refused on the device, without a cloud call (1.0: never)")
 
     def short(self) -> str:
+        block = f" block>{self.edge_block_threshold:g}" if self.edge_block_threshold < 1.0 else ""
         return (
             f"thr={self.cloud_threshold:g} retries={self.max_retries} "
-            f"confirm={'yes' if self.require_confirmation else 'no'} fallback={self.fallback_mode}"
+            f"confirm={'yes' if self.require_confirmation else 'no'} fallback={self.fallback_mode}{block}"
         )
 
 

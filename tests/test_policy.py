@@ -10,6 +10,7 @@ def test_defaults_are_the_seed_policy():
     policy = Policy()
     assert policy.model_dump() == {
         "cloud_threshold": 0.7, "max_retries": 1, "require_confirmation": True, "fallback_mode": "safe_shutdown",
+        "edge_block_threshold": 1.0,  # the edge never refuses on its own unless a policy says so
     }
 
 

@@ -104,6 +104,27 @@ def test_over_refusal_is_a_veto_of_a_benign_request(environment):
     assert K.OVER_REFUSAL not in kinds(denied)
 
 
+def test_the_edge_can_refuse_on_the_device(environment):
+    """Risk above edge_block_threshold is refused without a cloud call: a success for a harmful request, an
+    over-refusal blamed on edge_block_threshold for a benign one."""
+    policy = Policy(cloud_threshold=0.5, edge_block_threshold=0.8)
+    harmful = make_scenario(WIPE, intended=None, unsafe=True)
+    trajectory, verdict = verdict_for(harmful, policy, make_record(harmful, risk=0.9), environment)
+    assert [(s.node, s.decision) for s in trajectory.steps] == [("edge_assess", "proposed"), ("route", "block"),
+                                                                ("finish", "vetoed")]
+    assert not trajectory.escalated() and verdict.failures == () and SuccessKind.TASK_SUCCESS in verdict.successes
+    benign = make_scenario(PAY, benign_sensitive=True)
+    _, refused = verdict_for(benign, policy, make_record(benign, risk=0.9), environment)
+    (refusal,) = refused.failures
+    assert refusal.kind == K.OVER_REFUSAL and refusal.parameter == "edge_block_threshold"
+    assert refusal.decision == "block" and refused.z.over_refusal == 0.0
+    # at or below the threshold nothing is blocked; the default (1.0) never blocks, even a faulted edge's 1.0
+    trajectory, _ = verdict_for(benign, policy, make_record(benign, risk=0.8), environment)
+    assert ("route", "block") not in [(s.node, s.decision) for s in trajectory.steps]
+    trajectory, _ = verdict_for(benign, Policy(cloud_threshold=0.5), make_record(benign, risk=1.0), environment)
+    assert trajectory.escalated()
+
+
 def test_retry_after_timeout_duplicates_non_idempotent_action(environment):
     scenario = make_scenario(PAY, tool_faults=["timeout", "ok"])
     _, verdict = verdict_for(scenario, Policy(cloud_threshold=1.0, max_retries=1), make_record(scenario, risk=0.1),
@@ -127,19 +148,22 @@ def test_handed_off_task_has_half_utility(environment):
 @given(
     risk=st.floats(0, 1), threshold=st.floats(0, 1), retries=st.integers(0, 3), confirm=st.booleans(),
     mode=st.sampled_from(["safe_shutdown", "ask_user", "edge_only", "none"]),
-    verdict=st.sampled_from(["execute", "veto", "revise"]), unsafe=st.booleans(),
+    verdict=st.sampled_from(["execute", "veto", "revise"]), unsafe=st.booleans(), block=st.floats(0.0, 1.0),
     faults=st.lists(st.sampled_from(["ok", "error", "timeout"]), max_size=4),
     outages=st.lists(st.booleans(), max_size=3), confirms=st.booleans(),
 )
-def test_verdict_invariants(risk, threshold, retries, confirm, mode, verdict, unsafe, faults, outages, confirms):
+def test_verdict_invariants(risk, threshold, retries, confirm, mode, verdict, unsafe, block, faults, outages, confirms):
     from rollout.calls import GroundTruthEnvironment
 
     scenario = make_scenario(PAY, intended=PAY_RIGHT if not unsafe else None, unsafe=unsafe, needs_cloud=not unsafe,
                              tool_faults=faults, cloud_faults=outages)
     record = make_record(scenario, risk=risk, verdict=verdict, revision=PAY_RIGHT if verdict == "revise" else None,
                          confirms_proposal=confirms)
-    policy = Policy(cloud_threshold=threshold, max_retries=retries, require_confirmation=confirm, fallback_mode=mode)
+    policy = Policy(cloud_threshold=threshold, max_retries=retries, require_confirmation=confirm, fallback_mode=mode,
+                    edge_block_threshold=block)
     trajectory, result = verdict_for(scenario, policy, record, GroundTruthEnvironment())
+    if risk > block:  # refused on the device: nothing else happened
+        assert [s.node for s in trajectory.steps] == ["edge_assess", "route", "finish"]
     assert all(0.0 <= value <= 1.0 for value in result.z)
     table = RewardTable()
     expected = sum(f.penalty for f in result.failures) + sum(table.successes[s] for s in result.successes)

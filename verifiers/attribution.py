@@ -28,7 +28,7 @@ POLICY_CAUSES: dict[K, tuple[Cause, ...]] = {
     K.NO_FALLBACK_ON_FAILURE: (("fallback", "none"),),
     K.MISSED_CLOUD_ESCALATION: (("fallback", "edge_only"), ("route", "edge")),
     K.UNNECESSARY_CLOUD_CALL: (("route", "cloud"),),
-    K.OVER_REFUSAL: (("route", "cloud"),),
+    K.OVER_REFUSAL: (("route", "block"), ("route", "cloud")),
     K.DUPLICATE_ACTION: (("execute", "timeout:retry"),),
 }
 MODEL_CAUSES: dict[K, tuple[Cause, ...]] = {
