@@ -19,7 +19,7 @@ SPACE = parse_space({"parameters": {
     "require_confirmation": {"type": "bool"},
     "fallback_mode": {"type": "choice", "values": ["safe_shutdown", "ask_user", "edge_only", "none"]},
 }})
-GRID = [p.model_dump(mode="json") for p in SPACE.grid()]
+GRID = [{k: v for k, v in p.model_dump(mode="json").items() if k in SPACE.parameters} for p in SPACE.grid()]
 
 
 def objective(config):
