@@ -77,10 +77,9 @@ def front_figure(trials: Sequence[Any], leaderboard: Sequence[dict[str, Any]], c
     line; policies checked on holdout marked DEPLOY / NO-DEPLOY."""
     import plotly.graph_objects as go
 
-    distinct: dict[Any, Any] = {}
-    for trial in trials:
-        distinct.setdefault(trial.policy, trial)
-    points = [t for t in distinct.values() if math.isfinite(t.mean_cost) and math.isfinite(t.reward)]
+    from search.leaderboard import distinct_trials
+
+    points = [t for t in distinct_trials(trials) if math.isfinite(t.mean_cost) and math.isfinite(t.reward)]
     figure = go.Figure()
     figure.add_trace(go.Scatter(
         x=[t.mean_cost for t in points], y=[t.reward for t in points], mode="markers", name="policy tried",

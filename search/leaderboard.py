@@ -78,15 +78,20 @@ def build_leaderboard(trials: Sequence[Rankable], evaluator: Evaluator, gate_con
     return board
 
 
+def distinct_trials(trials: Sequence[Any]) -> list[Any]:
+    """The first trial of each distinct policy, in trial order."""
+    distinct: dict[Any, Any] = {}
+    for trial in trials:
+        distinct.setdefault(trial.policy, trial)
+    return list(distinct.values())
+
+
 def cost_critical_front(trials: Sequence[Any]) -> list[Any]:
     """The distinct trial policies no other dominates on (fewer critical failures, lower cost per scenario) on
     train (``verifiers.pareto``'s rule on (-critical, -cost)), cheapest first."""
     from verifiers.pareto import pareto_front
 
-    distinct: dict[Any, Any] = {}
-    for trial in trials:
-        distinct.setdefault(trial.policy, trial)
-    candidates = list(distinct.values())
+    candidates = distinct_trials(trials)
     front = pareto_front([(-float(t.critical_failures), -float(t.mean_cost)) for t in candidates])
     return sorted((candidates[i] for i in front), key=lambda t: (t.mean_cost, t.critical_failures))
 
