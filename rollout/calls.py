@@ -40,9 +40,9 @@ class CloudReview:
 
 @runtime_checkable
 class Fittable(Protocol):
-    """A backend with parameters fitted on the train split (and only on it)."""
+    """A backend with parameters fitted on a train split (and only on one); ``progress(message)`` for long fits."""
 
-    def fit(self, scenarios: Sequence[Scenario]) -> None: ...
+    def fit(self, scenarios: Sequence[Scenario], progress: Callable[[str], None] | None = None) -> None: ...
 
 
 @runtime_checkable
@@ -243,11 +243,14 @@ class ModelSet:
             "model_calls": self.cache_stats(),
         }
 
-    def fit(self, train: Sequence[Scenario]) -> None:
-        """Fit the backends that learn from data, on the train split only."""
-        for model in (self.edge, self.cloud):
+    def fit(self, train: Sequence[Scenario], by_role: dict[str, Sequence[Scenario]] | None = None,
+            progress: Callable[[str], None] | None = None) -> None:
+        """Fit the backends that learn from data on a train split: ``by_role[role]`` where given (a model
+        fitted on another suite), else ``train``."""
+        for role in ("edge", "cloud"):
+            model = getattr(self, role)
             if isinstance(model, Fittable):
-                model.fit(train)
+                model.fit((by_role or {}).get(role, train), progress=progress)
 
     def record(self, scenarios: Sequence[Scenario], progress: Callable[[int, int], None] | None = None,
                chunk: int = 256) -> list[ModelRecord]:

@@ -80,6 +80,13 @@ class Scenario(BaseModel):
     proposed_action: ToolAction
     ground_truth: GroundTruth = Field(default_factory=GroundTruth)
     environment: dict[str, Any] | None = None
+    # the template (or source) the scenario was written from: scenarios of one group are near-duplicates, so
+    # splits and cross-fitting keep a group on one side; None: the request text is its own group
+    group: str | None = None
+
+    @property
+    def group_key(self) -> str:
+        return self.group if self.group is not None else f"text:{self.request}"
 
 
 _JSON_COLUMNS = ("proposed_action", "ground_truth", "environment")

@@ -36,7 +36,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from rollout.models.backends import build_models
     from rollout.scenario import SPLITS, scenarios_to_table
     from rollout.suites import split_manifest
-    from search.config import load_evaluate_config, load_suite, make_verifier
+    from search.config import load_evaluate_config, load_fit_suites, load_suite, make_verifier
     from search.evaluate import Evaluator
     from search.gate import gate
     from search.rank import Constraints, rank
@@ -50,16 +50,17 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.engine:
         config = config.model_copy(update={"engine": args.engine})
     suite = load_suite(loaded)
+    fit_on = load_fit_suites(loaded)
     host = None
     judge_on_actor = "llm_judge" in config.verifier.members and config.verifier.llm_judge.actor
     if config.models.uses_actors() or judge_on_actor:
         from cluster.hosting import RayHost
 
         host = RayHost()
-    models = build_models(config.models, host)
+    models = build_models(config.models, host, loaded.base_dir)
     verifier = make_verifier(config, loaded.rewards, host)
     evaluator = Evaluator(suite, models, verifier, config.costs, config.engine, config.gate.confidence,
-                          progress=_progress)
+                          progress=_progress, fit_on=fit_on)
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
 
     def label(model) -> str:
@@ -180,7 +181,7 @@ def proposer_engine(config: Any, explicit: bool) -> tuple[Any, bool]:
 def cmd_search(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from search.config import check_capacity, load_search_config, load_suite, make_verifier
+    from search.config import check_capacity, load_fit_suites, load_search_config, load_suite, make_verifier
 
     loaded = load_search_config(args.config, output=args.output)  # all validation before Ray starts
     config = loaded.config
@@ -193,6 +194,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rollout.suites import split_manifest
 
     suite = load_suite(loaded)
+    fit_on = load_fit_suites(loaded)
 
     from cluster.hosting import RayHost, ensure_ray
     from cluster.rollout_pool import RolloutPool
@@ -201,8 +203,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from rollout.models.cache import CachedLM
     from search.evaluate import Evaluator
     from search.html_report import render
-    from search.rank import Constraints
     from search.leaderboard import advice, build_leaderboard, cost_critical_front
+    from search.rank import Constraints
     from search.report import attribution_table, front_table, results_table
     from search.tune_search import run_tune
 
@@ -212,9 +214,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
         check_capacity(settings, float(ray.cluster_resources().get("CPU", 0)), loaded.source, "the cluster")
     host = RayHost()
-    models = build_models(config.models, host)
+    models = build_models(config.models, host, loaded.base_dir)
     evaluator = Evaluator(suite, models, make_verifier(config, loaded.rewards, host), config.costs, config.engine,
-                          config.gate.confidence, progress=_progress)
+                          config.gate.confidence, progress=_progress, fit_on=fit_on)
     started = time.perf_counter()
     _progress(f"FAR search: {settings.method}, budget {settings.budget}, space of {loaded.space.grid_size()} grid "
               f"points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "
@@ -357,6 +359,38 @@ def build_parser(registrars: Sequence[Registrar] = ()) -> argparse.ArgumentParse
     return parser
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rollout.io import write_json_atomic
+    from rollout.models.backends import build_models
+    from search.calibrate import calibrate, calibration_table
+    from search.config import load_fit_suites, load_run_config, load_suite
+
+    if args.folds < 2:
+        raise FarInputError("needs at least 2 folds", field="--folds")
+    if not 0.0 < args.confidence < 1.0:
+        raise FarInputError("must be in (0, 1)", field="--confidence")
+    output = Path(args.output)
+    if output.is_dir() or not output.parent.is_dir():
+        raise FarInputError("must be a file in an existing directory", file=output, field="--output")
+    loaded = load_run_config(args.config)
+    config = loaded.config
+    if config.models.uses_actors():
+        raise FarInputError("far calibrate runs its models in this process: set actor: false", file=loaded.source,
+                            field="models")
+    suite = load_suite(loaded)
+    fit_on = load_fit_suites(loaded)
+    models = build_models(config.models, None, loaded.base_dir)
+    started = time.perf_counter()
+    calibration = calibrate(suite, models, args.folds, args.confidence, _progress, fit_on)
+    write_json_atomic(output, calibration.model_dump(mode="json"))
+    print(calibration_table(calibration))
+    print(f"far calibrate: wrote {output} in {time.perf_counter() - started:.0f} s (models.<role>: {{backend: "
+          f"calibrated, file: {output}}})", flush=True)
+    return 0
+
+
 def add_commands(commands: Any) -> None:
     evaluate = commands.add_parser("evaluate", help="evaluate named policies on train and holdout, apply the gate")
     evaluate.add_argument("config", help="run configuration (YAML)")
@@ -370,6 +404,13 @@ def add_commands(commands: Any) -> None:
     search.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
     search.add_argument("--quiet", action="store_true", help="no Tune progress table")
     search.set_defaults(handler=cmd_search)
+    calibration = commands.add_parser("calibrate", help="measure the config's real edge and cloud on train "
+                                                        "(out-of-fold) and write a calibration file")
+    calibration.add_argument("config", help="an evaluate or search configuration (YAML): its suite and models")
+    calibration.add_argument("--output", required=True, help="calibration file to write (JSON)")
+    calibration.add_argument("--folds", type=int, default=5, help="cross-fitting folds over train (default 5)")
+    calibration.add_argument("--confidence", type=float, default=0.95, help="interval confidence (default 0.95)")
+    calibration.set_defaults(handler=cmd_calibrate)
     importer = commands.add_parser("import-scenarios", help="convert a JSONL file of scenarios to Parquet")
     importer.add_argument("file", help="JSONL, one scenario per line (format: rollout/importer.py)")
     importer.add_argument("--output", required=True, help="Parquet file to write")

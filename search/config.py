@@ -145,6 +145,23 @@ def load_suite(loaded: Loaded) -> Any:
     return suite
 
 
+def load_fit_suites(loaded: Loaded) -> dict[str, Any]:
+    """The suites that roles with ``fit_on`` are fitted on (role -> suite), built before any model loads."""
+    from rollout.suites import build_suite
+
+    suites = {}
+    for role, fit_on in loaded.config.models.fit_on().items():  # type: ignore[attr-defined]
+        where = f"models.{role}.fit_on"
+        try:
+            suites[role] = build_suite(fit_on.suite, loaded.base_dir)
+        except FarInputError as error:
+            raise FarInputError(error.message, file=error.file or loaded.source,
+                                field=f"{where}.{error.field}" if error.field else where, row=error.row) from None
+        if not suites[role].scenarios("train"):
+            raise FarInputError("the train split of the suite to fit on is empty", file=loaded.source, field=where)
+    return suites
+
+
 def check_suite(suite: Any, loaded: Loaded, gate: Any) -> None:
     """Before any expensive work: both splits have scenarios, and the holdout is large enough for the gate's
     critical-rate bound ever to pass (with zero failures it needs ``search.gate.holdout_needed`` scenarios)."""
@@ -218,6 +235,25 @@ def load_evaluate_config(path: str | Path, output: str | None = None) -> LoadedE
         policies = parse_named_policies(config.policies, file=path)
     return LoadedEvaluateConfig(source=str(path), base_dir=base, raw=raw, config=config, policies=policies,
                                 rewards=_rewards(config, base, path), output=_output(config.output, output, path))
+
+
+class CalibrateRunConfig(RunConfig):
+    """An evaluate or search config read for its suite and models (``far calibrate``): other keys pass."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class LoadedRunConfig(Loaded):
+    config: RunConfig
+
+
+def load_run_config(path: str | Path) -> LoadedRunConfig:
+    path = Path(path)
+    raw, config = _validate(CalibrateRunConfig, path)
+    check_models(config.models, path)
+    base = path.resolve().parent
+    return LoadedRunConfig(source=str(path), base_dir=base, raw=raw, config=config,
+                           rewards=_rewards(config, base, path), output=base)
 
 
 class LoadedSearchConfig(Loaded):

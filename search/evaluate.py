@@ -38,6 +38,24 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def fit_data(suite: Suite, split: Split) -> list[Scenario]:
+    """What learned models fit on from a suite's split: its scenarios, or what the suite says to fit on
+    (environment-backed suites give one scenario per proposed call)."""
+    scenarios = suite.scenarios(split)
+    fit_scenarios = getattr(suite, "fit_scenarios", None)
+    return list(fit_scenarios(scenarios) if fit_scenarios is not None else scenarios)
+
+
+def fit_content(scenario: Scenario) -> tuple[str, str]:
+    """What a model sees of a scenario: the request and the proposed action (ids and labels aside)."""
+    return scenario.request, scenario.proposed_action.model_dump_json()
+
+
+def without_content(scenarios: Sequence[Scenario], excluded: set[tuple[str, str]]) -> tuple[list[Scenario], int]:
+    kept = [s for s in scenarios if fit_content(s) not in excluded]
+    return kept, len(scenarios) - len(kept)
+
+
 def prepare_calls(scenarios: Sequence[Scenario], records: Sequence[ModelRecord],
                   models: ModelSet) -> list[RecordedCalls]:
     return [RecordedCalls(s, r, models.environment) for s, r in zip(scenarios, records, strict=True)]
@@ -66,8 +84,10 @@ class Evaluator:
     """Holds a suite, its models and the verifier; records each split's model outputs once."""
 
     def __init__(self, suite: Suite, models: ModelSet, verifier: Verifier, costs: Costs = DEFAULT_COSTS,
-                 engine: Engine = "replay", confidence: float = 0.95, progress: Progress | None = None) -> None:
+                 engine: Engine = "replay", confidence: float = 0.95, progress: Progress | None = None,
+                 fit_on: dict[str, Suite] | None = None) -> None:
         self.suite = suite
+        self.fit_on = dict(fit_on or {})  # role -> the suite whose train split that role's model is fitted on
         self.models = models
         self.verifier = verifier
         self.costs = costs
@@ -78,15 +98,25 @@ class Evaluator:
         self._fitted = False
 
     def fit(self) -> None:
-        """Fit learned backends (calibration, probes) on the train split, once, before any recording."""
-        if not self._fitted:
-            if self.progress is not None and not self.models.simulated:
-                self.progress(f"    fitting learned backends on the train split ({len(self.scenarios('train'))})")
-            train = self.scenarios("train")
-            # environment-backed suites say what their learned models fit on (e.g. one scenario per call)
-            fit_scenarios = getattr(self.suite, "fit_scenarios", None)
-            self.models.fit(fit_scenarios(train) if fit_scenarios is not None else train)
-            self._fitted = True
+        """Fit learned backends (calibration, probes) on a train split, once, before any recording: the
+        evaluated suite's, or for a role with ``fit_on`` another suite's. Whatever the source, a fitting
+        scenario whose content (request and proposed action) is also in the evaluated holdout is dropped:
+        holdout never shapes a model, whatever the files are called."""
+        if self._fitted:
+            return
+        holdout = {fit_content(s) for s in fit_data(self.suite, "holdout")}
+        own, leaked_own = without_content(fit_data(self.suite, "train"), holdout)
+        by_role, leaked = {}, {"own": leaked_own}
+        for role, suite in self.fit_on.items():
+            by_role[role], leaked[role] = without_content(fit_data(suite, "train"), holdout)
+        self.fit_report = {"train": len(own), **{f"{role}_train": len(s) for role, s in by_role.items()},
+                           "dropped_as_holdout_content": leaked}
+        if self.progress is not None and not self.models.simulated:
+            sources = "".join(f"; {role} on {getattr(s, 'name', 'another suite')}" for role, s in self.fit_on.items())
+            self.progress(f"    fitting learned backends on train ({len(own)} scenarios{sources}; "
+                          f"{sum(leaked.values())} dropped: same content as holdout)")
+        self.models.fit(own, by_role=by_role, progress=self.progress)
+        self._fitted = True
 
     def scenarios(self, split: Split) -> Sequence[Scenario]:
         return self.suite.scenarios(split)

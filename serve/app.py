@@ -94,7 +94,8 @@ class PolicyScorer:
                                 costs=config.costs, gate=config.gate, verifier=config.verifier)
                 table = parse_reward_table(config.rewards)
                 self._evaluators[suite_name] = Evaluator(
-                    build_suite(config.suites[suite_name], self.base_dir), build_models(config.models),
+                    build_suite(config.suites[suite_name], self.base_dir),
+                    build_models(config.models, base_dir=self.base_dir),
                     make_verifier(run, table), config.costs, confidence=config.gate.confidence)
             return self._evaluators[suite_name]
 

@@ -10,6 +10,15 @@ from hypothesis import settings
 from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord
 from rollout.scenario import GroundTruth, Scenario, ToolAction
 
+# The label-reading test doubles, named: the code's default models are real (and slow to fit for a unit test).
+ORACLE_MODELS = {"edge": {"backend": "oracle"}, "cloud": {"backend": "oracle"}, "user": {"backend": "oracle"}}
+
+
+def oracle_models(**extra) -> dict:
+    """A ``models:`` config section with the oracle models (and ``extra`` keys, e.g. ``cache``)."""
+    return {**ORACLE_MODELS, **extra}
+
+
 settings.register_profile("ci", deadline=None, max_examples=60)
 settings.load_profile("ci")
 

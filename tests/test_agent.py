@@ -1,5 +1,5 @@
 import pytest
-from conftest import PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
+from conftest import ORACLE_MODELS, PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -12,7 +12,7 @@ from verifiers.rules import RuleVerifier
 
 SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=11))
 SCENARIOS = list(SUITE.scenarios("train"))
-MODELS = build_models(ModelsConfig())
+MODELS = build_models(ModelsConfig.model_validate(ORACLE_MODELS))
 RECORDS = MODELS.record(SCENARIOS)
 VERIFIER = RuleVerifier()
 

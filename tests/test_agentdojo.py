@@ -1,6 +1,7 @@
 """AgentDojo as a suite: scenarios, the guarded episode inside AgentDojo's pipeline, its checkers as verifier."""
 from __future__ import annotations
 
+from conftest import oracle_models
 import json
 
 import pytest
@@ -28,8 +29,8 @@ def banking(**options) -> AgentDojoSuite:
 
 
 def models(**cloud):
-    return build_models(ModelsConfig.model_validate({"cloud": {"backend": "simulated", **cloud},
-                                                     "cache": {"enabled": False}}))
+    return build_models(ModelsConfig.model_validate(oracle_models(cloud={"backend": "simulated", **cloud},
+                                                                  cache={"enabled": False})))
 
 
 def all_scenarios(suite):
@@ -217,7 +218,7 @@ def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local):
 
     suite = {"name": "agentdojo", "suites": ["banking"], "max_user_tasks": 8, "max_injection_tasks": 3}
     common = {"suite": suite, "rewards": None, "gate": {"max_critical_failures": 0, "max_mean_cost": 10.0},
-              "models": {"cache": {"enabled": False}}}
+              "models": oracle_models(cache={"enabled": False})}
     evaluate = tmp_path / "evaluate.json"
     evaluate.write_text(json.dumps({**common, "policies": {"undefended": UNDEFENDED.model_dump(mode="json"),
                                                            "review_all": REVIEW_ALL.model_dump(mode="json")},
@@ -249,7 +250,7 @@ def test_learned_edges_fit_on_train_calls_only_labelled_by_origin(faultless):
         def __init__(self, inner):
             self.inner, self.fitted = inner, []
 
-        def fit(self, scenarios):
+        def fit(self, scenarios, progress=None):
             self.fitted = list(scenarios)
 
         def assess(self, scenarios):

@@ -1,3 +1,4 @@
+from conftest import ORACLE_MODELS
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ def far(*args, cwd):
 def write_config(tmp_path, **overrides):
     config = {
         "suite": {"name": "edge_cloud", "seed": 5, "size": 300, "holdout_fraction": 0.3},
+        "models": ORACLE_MODELS,
         "gate": {"max_mean_cost": 1.5},  # both policies within it: ranked by critical failures
         "policies": {
             "cautious": {"cloud_threshold": 0.2, "max_retries": 1, "require_confirmation": True,
@@ -85,6 +87,7 @@ def test_graph_engine_gives_the_same_numbers(tmp_path):
 def test_bad_config_one_line_exit_2_and_nothing_written(tmp_path, mutate, fragment):
     config = {
         "suite": {"name": "edge_cloud", "size": 50},
+        "models": ORACLE_MODELS,
         "policies": {"cautious": {"cloud_threshold": 0.2}},
         "output": "out",
     }

@@ -2,6 +2,7 @@
 and the trajectory wire format."""
 from __future__ import annotations
 
+from conftest import oracle_models
 import itertools
 
 import pytest
@@ -77,7 +78,7 @@ def test_llm_judgements_are_parsed_strictly(text, expected):
 @pytest.fixture(scope="module")
 def evaluator():
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=600, seed=3))
-    models = build_models(ModelsConfig.model_validate({"cache": {"enabled": False}}))
+    models = build_models(ModelsConfig.model_validate(oracle_models(cache={"enabled": False})))
     return Evaluator(suite, models, RuleVerifier())
 
 

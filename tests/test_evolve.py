@@ -2,6 +2,7 @@
 complete round on a tiny randomly initialised model with SmolLM2's tokenizer (the real model: -m slow)."""
 from __future__ import annotations
 
+from conftest import oracle_models  # noqa: E402
 import json
 import random
 
@@ -58,7 +59,7 @@ def test_decisions_are_parsed_strictly():
 
 @pytest.fixture(scope="module")
 def task():
-    models = build_models(ModelsConfig.model_validate({"cache": {"enabled": False}}))
+    models = build_models(ModelsConfig.model_validate(oracle_models(cache={"enabled": False})))
     policy = Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=True)
     return DecisionTask(models, RuleVerifier(), policy)
 
@@ -128,7 +129,7 @@ def tiny_config(tmp_path, **overrides) -> EvolveConfig:
             "rounds": 1, "dev_size": 12, "holdout_size": 16, "candidates": 3,
             "kappa": "auto", "sft": {"epochs": 1, "batch_size": 4}, "pfpo": {"group": 2, "prompts_per_step": 4,
                                                                           "iterations": 2},
-            "models": {"cache": {"enabled": False}}, "min_improvement": 0.0, "output": str(tmp_path)}
+            "models": oracle_models(cache={"enabled": False}), "min_improvement": 0.0, "output": str(tmp_path)}
     return EvolveConfig.model_validate({**base, **overrides})
 
 

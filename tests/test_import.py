@@ -1,3 +1,4 @@
+from conftest import ORACLE_MODELS
 import json
 import os
 import subprocess
@@ -53,7 +54,7 @@ def test_imported_scenarios_evaluate_end_to_end(tmp_path):
     assert imported.returncode == 0, imported.stderr
     assert "Imported 24 scenarios" in imported.stdout and "mine.jsonl:25" in imported.stderr
     assert len(load_scenarios(tmp_path / "mine.parquet")) == 24
-    config = {"suite": {"name": "parquet", "path": "mine.parquet"},
+    config = {"suite": {"name": "parquet", "path": "mine.parquet"}, "models": ORACLE_MODELS,
               "policies": {"p": {"cloud_threshold": 0.5}}, "output": "out"}
     (tmp_path / "far.yaml").write_text(yaml.safe_dump(config))
     run = subprocess.run([sys.executable, "-m", "search", "evaluate", "far.yaml"], cwd=tmp_path, env=env,

@@ -1,6 +1,7 @@
 """The LLM judge member with a real model (SmolLM2 through transformers): every answer parses or abstains."""
 from __future__ import annotations
 
+from conftest import oracle_models  # noqa: E402
 import pytest
 
 pytest.importorskip("torch", reason="needs the models extra (make install-models)")
@@ -19,7 +20,7 @@ def test_llm_judge_scores_or_abstains_and_the_ensemble_reports_it(tmp_path):
     lm = build_lm(LMOptions(engine="transformers", model="smollm2"), cache=None)
     judge = LLMJudgeMember(lm)
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=40, seed=2))
-    evaluator = Evaluator(suite, build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})),
+    evaluator = Evaluator(suite, build_models(ModelsConfig.model_validate(oracle_models(cache={"enabled": False}))),
                           RuleVerifier())
     scenarios = list(evaluator.scenarios("train"))[:3]
     trajectories = evaluator.rollouts(Policy(cloud_threshold=1.0, require_confirmation=False), "train")[:3]

@@ -12,6 +12,7 @@ import yaml
 pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("transformers")
 
+from conftest import oracle_models  # noqa: E402
 from rollout.errors import FarInputError  # noqa: E402
 from rollout.models.calibration import escalation_label  # noqa: E402
 from rollout.models.lm import ScoreRequest, messages  # noqa: E402
@@ -116,7 +117,7 @@ def test_llm_proposed_search_with_smollm2(tmp_path):
 
     config = {
         "suite": {"name": "edge_cloud", "seed": 8, "size": 300},
-        "models": {"cache": {"path": str(tmp_path / "calls.sqlite")}},
+        "models": oracle_models(cache={"path": str(tmp_path / "calls.sqlite")}),  # the proposer is what is real
         "space": {"parameters": {
             "cloud_threshold": {"type": "float", "low": 0, "high": 1, "grid": [0.0, 0.25, 0.5, 0.75, 1.0]},
             "max_retries": {"type": "int", "low": 0, "high": 2},

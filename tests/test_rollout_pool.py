@@ -1,4 +1,5 @@
 """The rollout pool: the same verdicts as in-process evaluation, in order, even when an actor dies mid-trial."""
+from conftest import oracle_models
 import threading
 import time
 
@@ -14,7 +15,7 @@ POLICY = Policy(cloud_threshold=0.4, max_retries=2, fallback_mode="ask_user")
 
 def setup(engine="replay"):
     evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=1500, seed=6)),
-                          build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})), RuleVerifier())
+                          build_models(ModelsConfig.model_validate(oracle_models(cache={"enabled": False}))), RuleVerifier())
     calls = {split: evaluator.prepared(split) for split in ("train", "holdout")}
     return evaluator, RolloutPool(calls, evaluator.verifier, evaluator.costs, engine, actors=2, chunk_size=50)
 

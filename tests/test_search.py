@@ -1,4 +1,5 @@
 """`far search` end to end on a local Ray: methods, outputs, resume after a killed driver, bad input."""
+from conftest import ORACLE_MODELS
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ SPACE = {"parameters": {
 
 def write(tmp_path, search, space=SPACE, **extra):
     config = {"suite": {"name": "edge_cloud", "seed": 2, "size": extra.pop("size", 400)}, "space": space,
+              "models": extra.pop("models", ORACLE_MODELS),
               "search": {"actors": 2, "chunk_size": 50, "concurrency": 2, "top_k": 3, **search},
               "gate": {"max_mean_cost": 0.9}, "output": "out", **extra}
     path = tmp_path / "search.yaml"
@@ -145,7 +147,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
 ])
 def test_bad_search_config_fails_before_ray_starts(tmp_path, mutate, fragment):
     config = {"suite": {"name": "edge_cloud", "size": 100}, "space": json.loads(json.dumps(SPACE)),
-              "search": {"method": "evolutionary", "budget": 10}}
+              "models": json.loads(json.dumps(ORACLE_MODELS)), "search": {"method": "evolutionary", "budget": 10}}
     mutate(config)
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -207,6 +209,7 @@ def test_ray_job_submit_against_a_head(tmp_path):
         assert started.returncode == 0, started.stderr[-2000:]
         config = tmp_path / "job.yaml"
         config.write_text(yaml.safe_dump({"suite": {"name": "edge_cloud", "size": 300}, "space": SPACE,
+                                          "models": ORACLE_MODELS,
                                           "search": {"method": "random", "budget": 4, "actors": 1, "chunk_size": 50},
                                           "output": str(tmp_path / "job-out")}))
         submit = [str(bin_dir / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",

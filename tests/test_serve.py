@@ -1,6 +1,7 @@
 """The REST API: in process (routes, validation, security, jobs, fuzzing) and on a real Ray Serve app over HTTP."""
 from __future__ import annotations
 
+from conftest import oracle_models
 import socket
 import time
 
@@ -23,7 +24,7 @@ from verifiers.taxonomy import RewardTable
 SUITE = {"name": "edge_cloud", "seed": 5, "size": 120}
 CONFIG = ServeConfig(suites={"small": SUITE}, sync_limit=1000, max_body_bytes=200_000,
                      verifier=EnsembleConfig(members=("rules", "environment"), aggregation="min"),
-                     models=ModelsConfig.model_validate({"cache": {"enabled": False}}))
+                     models=ModelsConfig.model_validate(oracle_models(cache={"enabled": False})))
 TOKEN = "s3cret-token-for-tests"
 POLICY = Policy(cloud_threshold=0.6, max_retries=1, require_confirmation=False, fallback_mode="none")
 
@@ -31,7 +32,7 @@ POLICY = Policy(cloud_threshold=0.6, max_retries=1, require_confirmation=False, 
 @pytest.fixture(scope="module")
 def rollouts():
     evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=9)),
-                          build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})),
+                          build_models(ModelsConfig.model_validate(oracle_models(cache={"enabled": False}))),
                           build_verifier(CONFIG.verifier, RewardTable()))
     scenarios = list(evaluator.scenarios("train"))
     return evaluator, scenarios, evaluator.rollouts(POLICY, "train")
@@ -194,7 +195,7 @@ def test_far_serve_command_serves_until_interrupted(tmp_path):
     port = free_port()
     config = tmp_path / "serve.yaml"
     config.write_text(yaml.safe_dump({"port": port, "suites": {"small": SUITE},
-                                      "models": {"cache": {"enabled": False}}}))
+                                      "models": oracle_models(cache={"enabled": False})}))
     env = {**os.environ, "RAY_ADDRESS": "", "FAR_SERVE_TOKEN": ""}
     env.pop("RAY_ADDRESS")
     refused = subprocess.run([sys.executable, "-m", "serve", "serve", str(config), "--host", "0.0.0.0"],

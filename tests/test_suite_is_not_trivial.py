@@ -1,5 +1,6 @@
 """A brute-force sweep of a small grid on the built-in suite: every parameter matters, and the best policy
 by the lexicographic rule is not at a corner of the grid."""
+from conftest import ORACLE_MODELS
 import itertools
 
 import pytest
@@ -23,7 +24,7 @@ NUMERIC = ("cloud_threshold", "max_retries")
 @pytest.fixture(scope="module", params=[0, 1])
 def sweep(request):
     evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=1500, seed=request.param)),
-                          build_models(ModelsConfig()), RuleVerifier())
+                          build_models(ModelsConfig.model_validate(ORACLE_MODELS)), RuleVerifier())
     results = {}
     for values in itertools.product(*GRID.values()):
         policy = Policy(**dict(zip(GRID, values)))

@@ -1,9 +1,13 @@
 """Model backends by name; the config's ``models: {edge: {backend: ...}, ...}`` picks them.
 
-    edge:  oracle | smollm2 | embedding | lm        cloud: oracle | vllm | openai | lm      user: oracle
+    edge:  embedding | calibrated | smollm2 | lm | oracle
+    cloud: reviewer | calibrated | vllm | openai | lm | oracle
+    user:  approves | oracle
 
-``oracle`` models read the scenario's labels (``rollout.models.oracle``): an upper bound, marked ORACLE in every
-output; ``simulated`` is their old name, still accepted.
+``embedding`` (a MiniLM probe) and ``reviewer`` (a SmolLM2 probe) are real models fitted on a train split;
+``calibrated`` draws decisions from a real model's measured error rates (``far calibrate``); ``approves`` is a
+user who approves confirmations without reading labels. ``oracle`` models read the scenario's labels
+(``rollout.models.oracle``): an upper bound, marked ORACLE in every output; ``simulated`` is their old name.
 
 ``smollm2`` = ``lm`` on the transformers engine with the wheel's SmolLM2; ``vllm`` = ``lm`` on the vLLM
 engine; ``openai`` = ``lm`` on the HTTP client. LM-backed backends go through the persistent model-call cache
@@ -15,6 +19,8 @@ add your own with ``register`` or an entry point in the ``far.edge_backends`` / 
 ``far.user_backends`` group. A factory is a ``rollout.models.spec.Factory``.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 from rollout.calls import GroundTruthEnvironment, ModelSet
 from rollout.errors import FarInputError
@@ -43,13 +49,17 @@ EDGE_BACKENDS: Registry[Factory] = Registry("backend", "far.edge_backends", {
     "smollm2": "rollout.models.lm_backends:build_smollm2_edge",
     "lm": "rollout.models.lm_backends:build_lm_edge",
     "embedding": "rollout.models.embedding_edge:build_edge",
+    "calibrated": "rollout.models.calibrated:build_edge",
 })
 CLOUD_BACKENDS: Registry[Factory] = Registry("backend", "far.cloud_backends", {
     "oracle": "rollout.models.oracle:build_cloud",
     "simulated": "rollout.models.oracle:build_cloud",  # the oracle's old name
+    "reviewer": "rollout.models.reviewer:build_cloud",
+    "calibrated": "rollout.models.calibrated:build_cloud",
     **{name: f"rollout.models.lm_backends:build_{name}_cloud" for name in CLOUD_LM_DEFAULTS},
 })
 USER_BACKENDS: Registry[Factory] = Registry("backend", "far.user_backends", {
+    "approves": "rollout.models.users:build_user",
     "oracle": "rollout.models.oracle:build_user",
     "simulated": "rollout.models.oracle:build_user",  # the oracle's old name
 })
@@ -62,8 +72,8 @@ def _build(registry: Registry[Factory], spec: BackendSpec, where: str, context: 
     return registry[spec.backend](spec.options(), where, context)
 
 
-def build_models(config: ModelsConfig, host: LMHost | None = None) -> ModelSet:
-    context = BuildContext(host or InProcessHost(), open_cache(config.cache))
+def build_models(config: ModelsConfig, host: LMHost | None = None, base_dir: Path | None = None) -> ModelSet:
+    context = BuildContext(host or InProcessHost(), open_cache(config.cache), base_dir)
     return ModelSet(
         edge=_build(EDGE_BACKENDS, config.edge, "models.edge", context),
         cloud=_build(CLOUD_BACKENDS, config.cloud, "models.cloud", context),

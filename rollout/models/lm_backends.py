@@ -89,7 +89,7 @@ class LMRiskEdge:
                 raw.append(yes / (yes + no))
         return raw, results
 
-    def fit(self, scenarios: Sequence[Scenario]) -> None:
+    def fit(self, scenarios: Sequence[Scenario], progress: Any = None) -> None:
         if not self.calibrate:
             return
         require_train(scenarios, "the edge risk calibration")

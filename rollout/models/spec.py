@@ -47,20 +47,40 @@ class CacheConfig(BaseModel):
     path: str | None = None  # default: <data dir>/model_calls.sqlite
 
 
+class FitOn(BaseModel):
+    """Fit a learned model on another suite's train split: ``fit_on: {suite: {name: ..., ...}, split: train}``.
+    The suite is given as at the config's top level (``name`` and the suite's options); the evaluated suite's holdout is
+    still kept out of the fitting data by content."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    suite: dict[str, Any]
+    split: Literal["train"] = "train"  # holdout never shapes a model
+
+
 class BackendSpec(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
-    backend: str = "oracle"  # reads the labels: an upper bound, marked ORACLE in every output
+    backend: str
+    fit_on: FitOn | None = None  # None: the evaluated suite's own train split
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
 
 
+# Real models by default: the MiniLM probe on the edge, the SmolLM2 probe as the cloud reviewer (both fitted on
+# train), and a user who approves every confirmation. ``oracle`` is an upper bound you must ask for.
+DEFAULT_EDGE, DEFAULT_CLOUD, DEFAULT_USER = "embedding", "reviewer", "approves"
+
+
 class ModelsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    edge: BackendSpec = BackendSpec()
-    cloud: BackendSpec = BackendSpec()
-    user: BackendSpec = BackendSpec()
+    edge: BackendSpec = BackendSpec(backend=DEFAULT_EDGE)
+    cloud: BackendSpec = BackendSpec(backend=DEFAULT_CLOUD)
+    user: BackendSpec = BackendSpec(backend=DEFAULT_USER)
     cache: CacheConfig = CacheConfig()
+
+    def fit_on(self) -> dict[str, FitOn]:
+        """The roles fitted on another suite, and where."""
+        return {role: spec.fit_on for role in ("edge", "cloud") if (spec := getattr(self, role)).fit_on is not None}
 
     def uses_actors(self) -> bool:
         return any(spec.options().get("actor", default_actor(spec.backend)) for spec in (self.edge, self.cloud))
@@ -108,9 +128,10 @@ CLOUD_LM_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class BuildContext:
-    def __init__(self, host: LMHost, cache: CallCache | None) -> None:
+    def __init__(self, host: LMHost, cache: CallCache | None, base_dir: Path | None = None) -> None:
         self.host = host
         self.cache = cache
+        self.base_dir = base_dir  # where the config is: relative paths in model options start there
         self.cached: list[Any] = []  # what counts cache hits and misses (CachedLM wrappers, the embedding edge)
 
     def lm(self, options: LMOptions) -> LM:

