@@ -42,8 +42,11 @@ class PolicyResult(BaseModel):
 
     @property
     def mark(self) -> str:
-        """What to print beside this result's numbers: ORACLE when a label-reading model produced them."""
-        return f"ORACLE ({'+'.join(self.oracle)})" if self.oracle else "real"
+        """What to print beside this result's numbers: ORACLE when a label-reading model produced them,
+        SIMULATED when a simulator calibrated from real models did (the run's models name which)."""
+        if self.oracle:
+            return f"ORACLE ({'+'.join(self.oracle)})"
+        return "SIMULATED (calibrated)" if self.simulated else "real"
 
     def row(self) -> dict[str, Any]:
         """A flat row for ``policy_results.parquet``."""

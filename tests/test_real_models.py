@@ -145,3 +145,30 @@ def test_llm_proposed_search_with_smollm2(tmp_path):
     assert len(trials) == 6 and len({json.dumps({k: v for k, v in t.items() if k.startswith("param_")},
                                                 sort_keys=True) for t in trials}) == 6
     assert "LLM proposals:" in done.stdout
+
+
+def test_reviewer_probe_fits_once_per_content_and_puts_the_action_first(tmp_path, monkeypatch):
+    """The SmolLM2 reviewer: fitted on train only, its fit stored by content hash (a refit encodes nothing), and
+    the action comes first in its text, so a long request can never push it past the encoder's window."""
+    from rollout.models.cache import CallCache
+    from rollout.models.probe import probe_text
+    from rollout.models.reviewer import ProbeReviewCloud, ReviewerConfig
+
+    monkeypatch.setenv("FAR_DATA_DIR", str(tmp_path))
+    train, holdout = TRAIN[:120], HOLDOUT[:40]
+    config = ReviewerConfig(encoder_options={"layer": 6, "max_tokens": 48})
+    cloud = ProbeReviewCloud(config, CallCache(tmp_path / "c.sqlite"))
+    with pytest.raises(FarInputError, match="train split"):
+        cloud.fit(holdout)
+    cloud.fit(train)
+    assert len(list((tmp_path / "probes").glob("*.json"))) == 1
+    reviews = cloud.review(holdout, [s.proposed_action for s in holdout])
+    assert {r.verdict for r in reviews} <= {"execute", "veto"} and all(r.reason.startswith("p_unsafe=") for r in reviews)
+    again = ProbeReviewCloud(config, CallCache(tmp_path / "c.sqlite"))
+    again.fit(train)
+    assert again.stats.misses == 0  # the stored fit, read back: nothing encoded
+    assert [r.verdict for r in again.review(holdout, [s.proposed_action for s in holdout])] == [r.verdict for r in reviews]
+    long = holdout[0].model_copy(update={"request": "pad " * 5000})
+    assert probe_text(long).startswith("Proposed action: ")
+    tokens = cloud.encoder.encoder._tokenizer(probe_text(long), truncation=True, max_length=48)["input_ids"]
+    assert holdout[0].proposed_action.tool.split("_")[0] in cloud.encoder.encoder._tokenizer.decode(tokens)

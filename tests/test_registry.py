@@ -57,9 +57,9 @@ def test_entry_points_add_names(monkeypatch):
 
 def test_builtin_tables_name_what_the_configs_use():
     assert set(SUITES.names()) == {"parquet", "edge_cloud", "agentdojo"}
-    assert set(EDGE_BACKENDS) == {"oracle", "simulated", "smollm2", "lm", "embedding"}
-    assert set(CLOUD_BACKENDS) == {"oracle", "simulated", "vllm", "openai", "lm"}
-    assert set(USER_BACKENDS) == {"oracle", "simulated"}
+    assert set(EDGE_BACKENDS) == {"oracle", "simulated", "smollm2", "lm", "embedding", "calibrated"}
+    assert set(CLOUD_BACKENDS) == {"oracle", "simulated", "vllm", "openai", "lm", "reviewer", "calibrated"}
+    assert set(USER_BACKENDS) == {"oracle", "simulated", "approves"}
     assert EDGE_BACKENDS["simulated"] is EDGE_BACKENDS["oracle"]  # the old name of the same thing
     assert MEMBERS.names() == ("rules", "environment", "llm_judge")
     assert "agentdojo" in JUDGES
@@ -82,7 +82,7 @@ def test_a_third_party_suite_builds_by_name(tmp_path):
 
 
 def test_unknown_names_fail_as_before():
-    known = r"\(known: embedding, lm, oracle, simulated, smollm2\)"
+    known = r"\(known: calibrated, embedding, lm, oracle, simulated, smollm2\)"
     with pytest.raises(FarInputError, match=r"unknown backend 'nope' " + known):
         build_models(ModelsConfig(edge=BackendSpec(backend="nope")))
     with pytest.raises(ValueError, match=r"unknown member\(s\) \['nope'\] \(known: rules, environment, llm_judge\)"):
