@@ -160,8 +160,10 @@ class Evolution:
         self.dev = rng.sample(train, min(config.dev_size, len(train)))
         self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
-        self.task = DecisionTask(build_models(config.models), make_verifier(run, parse_reward_table(config.rewards)),
-                                 config.policy, config.costs)
+        models = build_models(config.models, base_dir=base_dir)
+        models.fit(train, progress=self.progress)  # learned backends (the default cloud reviewer): train only
+        self.task = DecisionTask(models, make_verifier(run, parse_reward_table(config.rewards)), config.policy,
+                                 config.costs)
         if model is None:
             from evolve.policy_model import PolicyModel
 
