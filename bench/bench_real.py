@@ -246,6 +246,7 @@ def main() -> None:
     parser.add_argument("sections", nargs="*", default=["survey", "sim2real"])
     parser.add_argument("--agentdojo", default="banking,slack", help="AgentDojo suites (comma-separated)")
     parser.add_argument("--zero-shot-sample", type=int, default=200)
+    parser.add_argument("--sim2real-suites", default="edge_cloud,agentdojo")
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "real_models.json"))
     args = parser.parse_args()
     suites = args.agentdojo.split(",")
@@ -258,11 +259,12 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(results, indent=2, default=str))
     if "sim2real" in args.sections:
+        specs = {"edge_cloud": BUILTIN, "agentdojo": agentdojo_spec(suites)}
         with tempfile.TemporaryDirectory() as workdir:
-            results["sim2real"] = {name: sim2real(name, spec, Path(workdir)) for name, spec in
-                                   (("edge_cloud", BUILTIN), ("agentdojo", agentdojo_spec(suites)))}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2, default=str))
+            for name in args.sim2real_suites.split(","):
+                results.setdefault("sim2real", {})[name] = sim2real(name, specs[name], Path(workdir))
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(results, indent=2, default=str))  # after each suite: a long run keeps it
     print(f"wrote {out}")
 
 

@@ -83,7 +83,7 @@ def test_embedding_probe_ranks_holdout_risk(tmp_path):
 def test_rerun_of_a_real_model_evaluation_makes_no_model_calls(tmp_path):
     config = {
         "suite": {"name": "edge_cloud", "seed": 3, "size": 40},
-        "models": {"edge": {"backend": "smollm2"}, "cache": {"path": str(tmp_path / "calls.sqlite")}},
+        "models": oracle_models(edge={"backend": "smollm2"}, cache={"path": str(tmp_path / "calls.sqlite")}),
         "policies": {"a": {"cloud_threshold": 0.3}, "b": {"cloud_threshold": 0.6}, "c": {"cloud_threshold": 0.9}},
     }
     path = tmp_path / "far.yaml"
