@@ -96,6 +96,7 @@ class Evaluator:
         self.progress = progress  # progress(message) for long model work
         self._prepared: dict[str, list[Any]] = {}
         self._fitted = False
+        self.fit_report: dict[str, Any] = {}  # what the learned backends were fitted on (set by ``fit``)
 
     def fit(self) -> None:
         """Fit learned backends (calibration, probes) on a train split, once, before any recording: the

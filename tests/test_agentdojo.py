@@ -1,10 +1,10 @@
 """AgentDojo as a suite: scenarios, the guarded episode inside AgentDojo's pipeline, its checkers as verifier."""
 from __future__ import annotations
 
-from conftest import oracle_models
 import json
 
 import pytest
+from conftest import oracle_models
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -267,6 +267,19 @@ def test_learned_edges_fit_on_train_calls_only_labelled_by_origin(faultless):
     assert by_kind == {"user_call", "injection_call"}
     for call in edge.fitted:  # the label the calibration learns: injection calls must not run unreviewed
         assert call.ground_truth.unsafe == (call.kind == "injection_call")
+    # fit and run time see the same text: the request with the tool output so far, as an episode asks the guard
+    assert any("Tool outputs so far" in call.request for call in edge.fitted)
+    from rollout.suites.agentdojo.agent import Episode
+
+    asked = set()
+    for scenario in faultless.scenarios("train"):
+        episode = Episode(scenario, base)  # the oracle models this time: the path where every call runs
+        episode.rollout(Policy(cloud_threshold=1.0, max_retries=0, require_confirmation=False, fallback_mode="none"))
+        node = episode.root
+        while node.call is not None:
+            asked.add(node.call.mini.request)
+            node = next(iter(node.children.values()))
+    assert asked == {call.request for call in edge.fitted}
 
 
 def test_attribution_stays_within_the_failing_call(faultless):

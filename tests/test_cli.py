@@ -1,4 +1,3 @@
-from conftest import ORACLE_MODELS
 import json
 import os
 import subprocess
@@ -8,6 +7,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import ORACLE_MODELS
 
 from rollout.io import write_json_atomic, write_text_atomic
 

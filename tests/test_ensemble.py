@@ -2,10 +2,10 @@
 and the trajectory wire format."""
 from __future__ import annotations
 
-from conftest import oracle_models
 import itertools
 
 import pytest
+from conftest import oracle_models
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError

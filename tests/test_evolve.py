@@ -2,11 +2,11 @@
 complete round on a tiny randomly initialised model with SmolLM2's tokenizer (the real model: -m slow)."""
 from __future__ import annotations
 
-from conftest import oracle_models  # noqa: E402
 import json
 import random
 
 import pytest
+from conftest import oracle_models
 
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")

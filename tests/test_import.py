@@ -1,4 +1,3 @@
-from conftest import ORACLE_MODELS
 import json
 import os
 import subprocess
@@ -6,6 +5,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from conftest import ORACLE_MODELS
 
 from rollout.scenario import load_scenarios
 from rollout.suites.imported import import_jsonl

@@ -1,8 +1,8 @@
 """The LLM judge member with a real model (SmolLM2 through transformers): every answer parses or abstains."""
 from __future__ import annotations
 
-from conftest import oracle_models  # noqa: E402
 import pytest
+from conftest import oracle_models
 
 pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("transformers")

@@ -13,6 +13,7 @@ pytest.importorskip("torch", reason="needs the models extra (make install-models
 pytest.importorskip("transformers")
 
 from conftest import oracle_models  # noqa: E402
+
 from rollout.errors import FarInputError  # noqa: E402
 from rollout.models.calibration import escalation_label  # noqa: E402
 from rollout.models.lm import ScoreRequest, messages  # noqa: E402

@@ -1,7 +1,8 @@
 """The rollout pool: the same verdicts as in-process evaluation, in order, even when an actor dies mid-trial."""
-from conftest import oracle_models
 import threading
 import time
+
+from conftest import oracle_models
 
 from cluster.rollout_pool import RolloutPool
 from rollout.models.backends import ModelsConfig, build_models

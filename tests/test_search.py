@@ -1,5 +1,4 @@
 """`far search` end to end on a local Ray: methods, outputs, resume after a killed driver, bad input."""
-from conftest import ORACLE_MODELS
 import json
 import os
 import signal
@@ -11,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import ORACLE_MODELS
 
 from rollout.policy import Policy
 from search.rank import Constraints, rank

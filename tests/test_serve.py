@@ -1,12 +1,12 @@
 """The REST API: in process (routes, validation, security, jobs, fuzzing) and on a real Ray Serve app over HTTP."""
 from __future__ import annotations
 
-from conftest import oracle_models
 import socket
 import time
 
 import pytest
 import schemathesis
+from conftest import oracle_models
 from fastapi.testclient import TestClient
 from hypothesis import settings
 

@@ -1,9 +1,9 @@
 """A brute-force sweep of a small grid on the built-in suite: every parameter matters, and the best policy
 by the lexicographic rule is not at a corner of the grid."""
-from conftest import ORACLE_MODELS
 import itertools
 
 import pytest
+from conftest import ORACLE_MODELS
 
 from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy

@@ -14,8 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.calls import EdgeAssessment
 from rollout.models.calibration import escalation_label
-from rollout.models.encoders import CachedEncoder, build_encoder
-from rollout.models.probe import FitProgress, LinearProbe, probe_text
+from rollout.models.probe import ProbeBacked, probe_text
 from rollout.models.spec import BuildContext, validated
 from rollout.scenario import Scenario
 
@@ -26,27 +25,17 @@ class EmbeddingEdgeConfig(BaseModel):
     encoder_options: dict[str, Any] = Field(default_factory=dict)
     l2: float = Field(1.0, gt=0.0)
     cost: float = Field(0.005, ge=0.0)
-    latency_ms: float = Field(5.0, ge=0.0)  # measured per text on one CPU thread (BENCHMARKS.md)
+    latency_ms: float = Field(35.0, ge=0.0)  # ~29 texts/s uncached on one CPU thread (BENCHMARKS.md, issue 14)
 
 
-class EmbeddingRiskEdge:
-    simulated = False
-    oracle = False
+class EmbeddingRiskEdge(ProbeBacked):
+    label = staticmethod(escalation_label)
 
     def __init__(self, config: EmbeddingEdgeConfig | None = None, cache: Any = None) -> None:
         self.config = config or EmbeddingEdgeConfig()
-        encoder = build_encoder(self.config.encoder, self.config.encoder_options, "models.edge")
-        self.encoder = CachedEncoder(encoder, cache)
-        self.probe = LinearProbe(self.encoder, l2=self.config.l2, what="the edge's risk probe")
-        self.model_id = encoder.model_id
+        super().__init__(self.config.encoder, self.config.encoder_options, cache, self.config.l2, None,
+                         "the edge's risk probe", "models.edge")
         self.name = f"embedding-edge({self.model_id})"
-
-    @property
-    def stats(self):
-        return self.encoder.stats
-
-    def fit(self, scenarios: Sequence[Scenario], progress: FitProgress | None = None) -> None:
-        self.probe.fit(scenarios, escalation_label, progress)
 
     def assess(self, scenarios: Sequence[Scenario]) -> list[EdgeAssessment]:
         risks = self.probe.predict([probe_text(s) for s in scenarios])

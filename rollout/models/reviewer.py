@@ -14,8 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.calls import CloudReview
-from rollout.models.encoders import CachedEncoder, build_encoder
-from rollout.models.probe import FitProgress, LinearProbe, probe_text
+from rollout.models.probe import ProbeBacked, probe_text
 from rollout.models.spec import BuildContext, validated
 from rollout.scenario import Scenario, ToolAction
 
@@ -36,25 +35,14 @@ class ReviewerConfig(BaseModel):
     latency_ms: float = Field(600.0, ge=0.0)  # a network round trip to the cloud dominates
 
 
-class ProbeReviewCloud:
-    simulated = False
-    oracle = False
+class ProbeReviewCloud(ProbeBacked):
+    label = staticmethod(unsafe_label)
 
     def __init__(self, config: ReviewerConfig | None = None, cache: Any = None) -> None:
         self.config = config or ReviewerConfig()
-        encoder = build_encoder(self.config.encoder, self.config.encoder_options, "models.cloud")
-        self.encoder = CachedEncoder(encoder, cache)
-        self.probe = LinearProbe(self.encoder, l2=self.config.l2, class_weight=self.config.class_weight,
-                                 what="the cloud reviewer")
-        self.model_id = encoder.model_id
+        super().__init__(self.config.encoder, self.config.encoder_options, cache, self.config.l2,
+                         self.config.class_weight, "the cloud reviewer", "models.cloud")
         self.name = f"probe-reviewer({self.model_id}, veto>={self.config.veto_threshold})"
-
-    @property
-    def stats(self):
-        return self.encoder.stats
-
-    def fit(self, scenarios: Sequence[Scenario], progress: FitProgress | None = None) -> None:
-        self.probe.fit(scenarios, unsafe_label, progress)
 
     def unsafe_probability(self, scenarios: Sequence[Scenario], proposals: Sequence[ToolAction]) -> list[float]:
         return self.probe.predict([probe_text(s, p) for s, p in zip(scenarios, proposals, strict=True)]).tolist()

@@ -37,7 +37,7 @@ from agentdojo.types import (
 )
 
 from rollout.agent import DEFAULT_COSTS, Costs, replay_calls, run_graph
-from rollout.calls import GroundTruthEnvironment, RecordedCalls
+from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelSet, RecordedCalls
 from rollout.policy import Policy
 from rollout.scenario import Scenario
 from rollout.suites.agentdojo.calls import call_scenario
@@ -224,6 +224,36 @@ class _Run:
     def advance(self, call: GuardedCall, walked: Trajectory) -> None:
         self.cursor = self.cursor.children.setdefault(outcome_key(walked), _Node())
         self.occurrences[call.function] = self.occurrences.get(call.function, 0) + 1
+
+
+class _LetsEverythingRun:
+    """Guard models that let every call run (risk 0, reviews execute, the user approves)."""
+
+    name, simulated, oracle = "lets-everything-run", False, False
+
+    def assess(self, scenarios: Sequence[Scenario]) -> list[EdgeAssessment]:
+        return [EdgeAssessment(0.0, s.proposed_action, 0.0, 0.0) for s in scenarios]
+
+    def review(self, scenarios: Sequence[Scenario], proposals: Sequence[Any], attempt: int = 0) -> list[CloudReview]:
+        return [CloudReview("execute", None, "", 0.0, 0.0) for _ in scenarios]
+
+    def confirms(self, scenario: Scenario, action: Any) -> bool:
+        return True
+
+
+def calls_as_the_guard_sees_them(scenario: Scenario) -> list[Scenario]:
+    """The episode's proposed calls as one-call scenarios, with the request *and the tool output so far*,
+    exactly as the guard's models are asked about them at run time -- along the path where every call runs
+    (the attacker's path: the injected text reaches the agent and it obeys). Learned guard models fit on these,
+    so fit and run time see the same text."""
+    guard = _LetsEverythingRun()
+    episode = Episode(scenario, ModelSet(guard, guard, guard, GroundTruthEnvironment()))
+    episode.rollout(Policy(cloud_threshold=1.0, max_retries=0, require_confirmation=False, fallback_mode="none"))
+    calls, node = [], episode.root
+    while node.call is not None:
+        calls.append(node.call.mini)
+        node = next(iter(node.children.values()))  # the one path that was walked
+    return calls
 
 
 def _squash(text: str) -> str:

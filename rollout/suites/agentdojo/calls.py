@@ -60,7 +60,7 @@ def call_scenario(scenario: Scenario, function: str, args: dict[str, Any], origi
     injected = origin == "injection"
     return Scenario(
         id=f"{scenario.id}#{key}", suite=scenario.suite, category=scenario.category, kind=f"{origin}_call",
-        task_mode=scenario.task_mode, split=scenario.split,
+        task_mode=scenario.task_mode, split=scenario.split, group=scenario.group,
         request=scenario.request + (f"\n\nTool outputs so far:\n{context}" if context else ""),
         proposed_action=action,
         ground_truth=GroundTruth(unsafe=injected, injected=injected, benign_sensitive=not injected and action.sensitive,

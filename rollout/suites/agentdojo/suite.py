@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rollout.errors import FarInputError, from_validation_error
 from rollout.scenario import GroundTruth, Scenario, Split, ToolAction
-from rollout.suites.agentdojo.calls import call_scenario, to_tool_action, tool_properties
+from rollout.suites.agentdojo.calls import to_tool_action, tool_properties
 from rollout.suites.agentdojo.environment import injected_environment, load_task_suite
 from rollout.suites.base import split_of
 
@@ -91,16 +91,14 @@ def checker_defects(suite: str, user_task: str, injection_task: str | None) -> l
 
 
 def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], None] | None = None
-                       ) -> tuple[list[Scenario], dict[str, tuple[list, list]], dict[str, Any]]:
-    """All scenarios of the configured suites, each one's ground-truth calls (user task's, then the
-    injection task's), and a report of what was excluded and why."""
+                       ) -> tuple[list[Scenario], dict[str, Any]]:
+    """All scenarios of the configured suites and a report of what was excluded and why."""
     from agentdojo.attacks.attack_registry import ATTACKS, load_attack
 
     if config.attack not in ATTACKS:
         raise FarInputError(f"unknown AgentDojo attack {config.attack!r} (known: {', '.join(sorted(ATTACKS))})",
                             field="suite.attack")
     scenarios: list[Scenario] = []
-    plans: dict[str, tuple[list, list]] = {}  # scenario id -> (user task's, injection task's) ground-truth calls
     report: dict[str, Any] = {"excluded_empty_ground_truth": {}, "checker_defect_scenarios": 0,
                               "excluded_checker_defect_scenarios": 0}
     for name in config.suites:
@@ -119,11 +117,8 @@ def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], N
         if progress is not None:
             progress(f"  agentdojo {name}: {len(user_tasks)} user tasks x {len(scriptable)} injection tasks "
                      f"(excluded, empty ground truth: {', '.join(excluded) or 'none'})")
-        injection_plans = {t.ID: [(c.function, c.args) for c in t.ground_truth(default_env.model_copy(deep=True))]
-                           for t in scriptable}
         for user_task in user_tasks:
             plan = user_task.ground_truth(user_task.init_environment(default_env.model_copy(deep=True)))
-            user_plan = [(c.function, c.args) for c in plan]
             first = to_tool_action(plan[0].function, plan[0].args) if plan else ToolAction(tool="(answer)")
             task_mode = "diagnostic" if all(tool_properties(c.function)["read_only"] for c in plan) else "executable"
             pairs: list[Any] = [None] if config.benign else []
@@ -138,13 +133,12 @@ def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], N
                 report["checker_defect_scenarios"] += bool(defects)
                 injections = attack.attack(user_task, injection_task) if injection_task is not None else {}
                 injected = injection_task is not None
-                plans[scenario_id] = (user_plan, injection_plans[injection_id] if injected else [])
                 scenarios.append(Scenario(
                     id=scenario_id, suite=f"agentdojo:{name}", category=name,
                     kind="injected" if injected else "benign", task_mode=task_mode,
                     split=split_of(config.seed, _split_key(config, name, user_task.ID, scenario_id),
                                    config.holdout_fraction),
-                    request=user_task.PROMPT, proposed_action=first,
+                    request=user_task.PROMPT, proposed_action=first, group=f"agentdojo/{name}/{user_task.ID}",
                     ground_truth=GroundTruth(unsafe=injected, injected=injected,
                                              intended_action=None if injected else first),
                     environment={
@@ -156,7 +150,7 @@ def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], N
                         "fault_seed": config.seed,
                     },
                 ))
-    return scenarios, plans, report
+    return scenarios, report
 
 
 class AgentDojoSuite:
@@ -166,7 +160,8 @@ class AgentDojoSuite:
                  progress: Callable[[str], None] | None = None) -> None:
         self.config = config or AgentDojoSuiteConfig()
         self.name = self.config.name
-        scenarios, self._plans, self.report = generate_scenarios(self.config, progress)
+        scenarios, self.report = generate_scenarios(self.config, progress)
+        self._fit_calls: dict[str, list[Scenario]] = {}
         self._by_split: dict[str, list[Scenario]] = {"train": [], "holdout": []}
         for scenario in scenarios:
             self._by_split[scenario.split].append(scenario)
@@ -175,16 +170,17 @@ class AgentDojoSuite:
         return self._by_split[split]
 
     def fit_scenarios(self, scenarios: Sequence[Scenario]) -> list[Scenario]:
-        """What learned guard models fit on: every ground-truth call of these (train) episodes as a one-call
-        scenario, labelled by whether it serves the user's task or the injection's."""
+        """What learned guard models fit on: the calls of these (train) episodes as one-call scenarios, with
+        the tool output seen so far -- the very text the guard's models judge at run time -- labelled by whether
+        the call serves the user's task or the injection's (``calls_as_the_guard_sees_them``; each episode
+        is played once, on the path where every call runs, and kept)."""
+        from rollout.suites.agentdojo.agent import calls_as_the_guard_sees_them
+
         fit = []
         for scenario in scenarios:
-            user_plan, injection_plan = self._plans[scenario.id]
-            seen: dict[str, int] = {}
-            for origin, (function, args) in [*(("user", c) for c in user_plan),
-                                             *(("injection", c) for c in injection_plan)]:
-                fit.append(call_scenario(scenario, function, args, origin, seen.get(function, 0)))
-                seen[function] = seen.get(function, 0) + 1
+            if scenario.id not in self._fit_calls:
+                self._fit_calls[scenario.id] = calls_as_the_guard_sees_them(scenario)
+            fit.extend(self._fit_calls[scenario.id])
         return fit
 
     def prepare(self, scenarios: Sequence[Scenario], models: Any) -> list[Any]:
