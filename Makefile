@@ -52,6 +52,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_agentdojo.py
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_evolve.py
+	$(BIN)/python bench/bench_real.py
 
 clean:
 	rm -rf $(VENV) results bench/out .pytest_cache .hypothesis

@@ -146,7 +146,7 @@ def zero_shot_rows(data: dict, sample: int) -> list[dict]:
         started = time.perf_counter()
         results = guard.scan_batch(texts)
         rate = len(texts) / (time.perf_counter() - started)
-        scores = np.array([float(getattr(r, "score", r["score"] if isinstance(r, dict) else r)) for r in results])
+        scores = np.array([r.injection_score for r in results])
         labels = np.array([unsafe_label(s) for s in scenarios])
         rows.append({"model": "NanoGuard 16.8M (zero-shot)", "role": "candidate", "fitted_on": "-",
                      "evaluated_on": f"{name} holdout (sample)", "n": len(texts), "positives": int(labels.sum()),
