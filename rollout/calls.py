@@ -8,7 +8,8 @@ policy (the replay engine), and a live LangGraph rollout reads the same values t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import copy
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol, runtime_checkable
 
 from rollout.scenario import Scenario, ToolAction, ToolFault
@@ -40,7 +41,10 @@ class CloudReview:
 
 @runtime_checkable
 class Fittable(Protocol):
-    """A backend with parameters fitted on a train split (and only on one); ``progress(message)`` for long fits."""
+    """A backend with parameters fitted on a train split (and only on one); ``progress(message)`` for long fits.
+
+    ``fit`` rebinds the fitted state rather than mutating it in place, so a shallow copy fitted anew leaves
+    the original as it was (``ModelSet.refitted``: out-of-fold records)."""
 
     def fit(self, scenarios: Sequence[Scenario], progress: Callable[[str], None] | None = None) -> None: ...
 
@@ -251,6 +255,20 @@ class ModelSet:
             model = getattr(self, role)
             if isinstance(model, Fittable):
                 model.fit((by_role or {}).get(role, train), progress=progress)
+
+    def refitted(self, train: Sequence[Scenario], by_role: dict[str, Sequence[Scenario]] | None = None,
+                 progress: Callable[[str], None] | None = None) -> "ModelSet":
+        """A copy whose learned backends are fitted on ``train`` (the rest shared), this set left as it was."""
+        copies = {role: copy.copy(getattr(self, role)) for role in ("edge", "cloud")
+                  if isinstance(getattr(self, role), Fittable)}
+        fresh = replace(self, **copies)
+        fresh.fit(train, by_role, progress)
+        return fresh
+
+    @property
+    def learns(self) -> bool:
+        """Some backend is fitted on data (so scenarios it was fitted on must be recorded out-of-fold)."""
+        return any(isinstance(getattr(self, role), Fittable) for role in ("edge", "cloud"))
 
     def record(self, scenarios: Sequence[Scenario], progress: Callable[[int, int], None] | None = None,
                chunk: int = 256) -> list[ModelRecord]:

@@ -27,7 +27,7 @@ from rollout.models.calibrated import (
     scenario_class,
 )
 from rollout.scenario import Scenario
-from search.evaluate import fit_content, fit_data, without_content
+from search.evaluate import fit_content, fit_data, group_folds, without_content
 from search.gate import clopper_pearson_upper
 
 OUTCOMES = ("execute", "veto", "revise_ok", "revise_bad", "error")
@@ -51,20 +51,16 @@ def cloud_outcome(scenario: Scenario, record: ModelRecord) -> str:
 
 def out_of_fold(models: ModelSet, data: Sequence[Scenario], folds: int, fixed: dict[str, Sequence[Scenario]],
                 progress: Callable[[str], None]) -> list[ModelRecord]:
-    """Each scenario's model outputs from models fitted without its group (template or text)."""
-    from sklearn.model_selection import GroupKFold
-
-    groups = [s.group_key for s in data]
-    distinct = len(set(groups))
-    if distinct < folds:
-        raise FarInputError(f"{distinct} distinct templates or texts in train: too few for {folds} folds",
-                            field="--folds")
+    """Each scenario's model outputs from copies of the models fitted without its group (template or text)."""
+    parts = group_folds(data, folds)
+    if len(parts) < folds:
+        raise FarInputError(f"{len({s.group_key for s in data})} distinct templates or texts in train: too few for "
+                            f"{folds} folds", field="--folds")
     records: list[ModelRecord | None] = [None] * len(data)
-    for fold, (fit_index, measure_index) in enumerate(GroupKFold(n_splits=folds).split(data, groups=groups)):
+    for fold, (fit_index, measure_index) in enumerate(parts):
         progress(f"  fold {fold + 1}/{folds}: fit on {len(fit_index)}, measure {len(measure_index)}")
-        models.fit([data[i] for i in fit_index], by_role=dict(fixed), progress=progress)
-        measured = models.record([data[i] for i in measure_index])
-        for i, record in zip(measure_index, measured, strict=True):
+        fold_models = models.refitted([data[i] for i in fit_index], by_role=dict(fixed), progress=progress)
+        for i, record in zip(measure_index, fold_models.record([data[i] for i in measure_index]), strict=True):
             records[i] = record
     return records  # type: ignore[return-value]
 

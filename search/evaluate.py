@@ -39,11 +39,27 @@ def gc_paused() -> Iterator[None]:
 
 
 def fit_data(suite: Suite, split: Split) -> list[Scenario]:
-    """What learned models fit on from a suite's split: its scenarios, or what the suite says to fit on
+    """What learned models fit on from a suite's split (``fit_data_of`` its scenarios)."""
+    return fit_data_of(suite, suite.scenarios(split))
+
+
+def fit_data_of(suite: Suite, scenarios: Sequence[Scenario]) -> list[Scenario]:
+    """What learned models fit on from these scenarios: themselves, or what the suite says to fit on
     (environment-backed suites give one scenario per proposed call)."""
-    scenarios = suite.scenarios(split)
     fit_scenarios = getattr(suite, "fit_scenarios", None)
     return list(fit_scenarios(scenarios) if fit_scenarios is not None else scenarios)
+
+
+def group_folds(scenarios: Sequence[Scenario], folds: int) -> list[tuple[list[int], list[int]]]:
+    """(fit, measure) index lists of up to ``folds`` folds by group (template, user task, else request text;
+    scikit-learn's ``GroupKFold``): a group never sits on both sides. Empty when there are under 2 groups."""
+    from sklearn.model_selection import GroupKFold
+
+    groups = [s.group_key for s in scenarios]
+    n = min(folds, len(set(groups)))
+    if n < 2:
+        return []
+    return [(list(fit), list(measure)) for fit, measure in GroupKFold(n_splits=n).split(scenarios, groups=groups)]
 
 
 def fit_content(scenario: Scenario) -> tuple[str, str]:
@@ -85,8 +101,9 @@ class Evaluator:
 
     def __init__(self, suite: Suite, models: ModelSet, verifier: Verifier, costs: Costs = DEFAULT_COSTS,
                  engine: Engine = "replay", confidence: float = 0.95, progress: Progress | None = None,
-                 fit_on: dict[str, Suite] | None = None) -> None:
+                 fit_on: dict[str, Suite] | None = None, folds: int = 5) -> None:
         self.suite = suite
+        self.folds = folds  # train is recorded out-of-fold: by models fitted without the scenario's group
         self.fit_on = dict(fit_on or {})  # role -> the suite whose train split that role's model is fitted on
         self.models = models
         self.verifier = verifier
@@ -97,6 +114,9 @@ class Evaluator:
         self._prepared: dict[str, list[Any]] = {}
         self._fitted = False
         self.fit_report: dict[str, Any] = {}  # what the learned backends were fitted on (set by ``fit``)
+        self._holdout_content: set[tuple[str, str]] = set()
+        self._by_role: dict[str, list[Scenario]] = {}
+        self._train_parts: list[tuple[list[int], ModelSet]] | None = None
 
     def fit(self) -> None:
         """Fit learned backends (calibration, probes) on a train split, once, before any recording: the
@@ -110,6 +130,7 @@ class Evaluator:
         by_role, leaked = {}, {"own": leaked_own}
         for role, suite in self.fit_on.items():
             by_role[role], leaked[role] = without_content(fit_data(suite, "train"), holdout)
+        self._holdout_content, self._by_role = holdout, by_role
         self.fit_report = {"train": len(own), **{f"{role}_train": len(s) for role, s in by_role.items()},
                            "dropped_as_holdout_content": leaked}
         if self.progress is not None and not self.models.simulated:
@@ -122,30 +143,62 @@ class Evaluator:
     def scenarios(self, split: Split) -> Sequence[Scenario]:
         return self.suite.scenarios(split)
 
+    def parts(self, split: Split) -> list[tuple[list[int], ModelSet]]:
+        """The split's scenarios (by index) and the models that judge them. Holdout: the models fitted on
+        all of train. Train, when a model learns: ``folds`` parts by group, each judged by copies fitted on the
+        other parts -- a policy is chosen on train from outputs of models that never saw those scenarios,
+        as they will not have seen holdout's (in-sample outputs made every learned guard look perfect)."""
+        self.fit()
+        everything = [(list(range(len(self.scenarios(split)))), self.models)]
+        if split != "train" or not self.models.learns:
+            return everything
+        if self._train_parts is None:
+            train = list(self.scenarios("train"))
+            self._train_parts = []
+            for fold, (fit_index, measure_index) in enumerate(group_folds(train, self.folds)):
+                if self.progress is not None:
+                    self.progress(f"    train out-of-fold {fold + 1}/{self.folds}: models fitted without "
+                                  f"{len(measure_index)} scenarios' groups")
+                data, _ = without_content(fit_data_of(self.suite, [train[i] for i in fit_index]),
+                                          self._holdout_content)
+                self._train_parts.append((measure_index, self.models.refitted(data, self._by_role, self.progress)))
+            self.fit_report["train_outputs"] = (f"out-of-fold, {len(self._train_parts)} folds by group"
+                                                if self._train_parts else "in-sample (under 2 groups)")
+            self._train_parts = self._train_parts or everything
+        return self._train_parts
+
     def prepared(self, split: Split) -> list[Any]:
         """The split ready to roll out, shared by every policy evaluated after: recorded model outputs
         (``RecordedCalls``), or the suite's own episodes where it prepares them (environment-backed suites)."""
         if split not in self._prepared:
-            self.fit()
             scenarios = self.scenarios(split)
             prepare = getattr(self.suite, "prepare", None)
-            if prepare is not None:
-                self._prepared[split] = prepare(scenarios, self.models)
-                return self._prepared[split]
-            report = None
-            if self.progress is not None and not self.models.simulated:
-                report = lambda done, total: self.progress(f"    recording model outputs, {split}: {done}/{total}")  # noqa: E731
-            records = self.models.record(scenarios, progress=report)
-            self._prepared[split] = prepare_calls(scenarios, records, self.models)
+            items: list[Any] = [None] * len(scenarios)
+            for indices, models in self.parts(split):
+                subset = [scenarios[i] for i in indices]
+                if prepare is not None:
+                    done = prepare(subset, models)
+                else:
+                    report = None
+                    if self.progress is not None and not models.simulated:
+                        report = lambda n, total: self.progress(f"    recording model outputs, {split}: {n}/{total}")  # noqa: E731
+                    done = prepare_calls(subset, models.record(subset, progress=report), models)
+                for i, item in zip(indices, done, strict=True):
+                    items[i] = item
+            self._prepared[split] = items
         return self._prepared[split]
 
     def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
         if self.engine == "replay":
             return replay_all(self.prepared(split), policy, self.costs)
-        self.fit()
         if hasattr(self.suite, "prepare"):  # episodes walk each guarded call through the LangGraph graph
             return rollout_prepared(self.prepared(split), policy, self.costs, build_graph(policy))
-        return graph_all(self.scenarios(split), policy, self.models, self.costs)
+        scenarios = self.scenarios(split)
+        trajectories: list[Any] = [None] * len(scenarios)
+        for indices, models in self.parts(split):
+            for i, trajectory in zip(indices, graph_all([scenarios[i] for i in indices], policy, models, self.costs)):
+                trajectories[i] = trajectory
+        return trajectories
 
     def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:
         scenarios = self.scenarios(split)

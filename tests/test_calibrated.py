@@ -21,6 +21,7 @@ from rollout.models.calibrated import (
     scenario_class,
 )
 from rollout.models.users import ApprovingUser, ApprovingUserConfig
+from rollout.policy import Policy
 from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from search.calibrate import calibrate, rate_interval
 from search.evaluate import Evaluator, fit_content
@@ -38,9 +39,11 @@ class KeywordEdge:
     def __init__(self):
         self.by_tool: dict[str, float] = {}
         self.fitted_on: list = []
+        self.fits: list[list] = []  # every fit, the copies' too (a shallow copy shares this list)
 
     def fit(self, scenarios, progress=None):
         self.fitted_on = list(scenarios)
+        self.fits.append(self.fitted_on)
         counts: dict[str, list[int]] = {}
         for s in scenarios:
             risky = s.ground_truth.unsafe or s.ground_truth.needs_cloud
@@ -71,11 +74,12 @@ def test_calibration_is_out_of_fold_and_never_reads_holdout():
     models = keyword_models()
     calibration = calibrate(SUITE, models, folds=3, confidence=0.95, progress=lambda _: None)
     holdout = {fit_content(s) for s in SUITE.scenarios("holdout")}
-    assert not any(fit_content(s) in holdout for s in models.edge.fitted_on)
-    assert all(s.split == "train" for s in models.edge.fitted_on)
     train = SUITE.scenarios("train")
-    # the last fold fitted on about 2/3 of train: out-of-fold, not in-sample
-    assert len(models.edge.fitted_on) < len(train)
+    assert len(models.edge.fits) == 3  # one fit per fold, each on about 2/3 of train: out-of-fold
+    for fitted in models.edge.fits:
+        assert not any(fit_content(s) in holdout for s in fitted)
+        assert all(s.split == "train" for s in fitted)
+        assert len(fitted) < len(train)
     assert sum(c.n for c in calibration.classes.values()) == len([s for s in train if fit_content(s) not in holdout])
     for measured in calibration.classes.values():
         assert sum(r.count for r in measured.cloud_rates.values()) == measured.n
@@ -140,6 +144,23 @@ def test_calibration_file_errors_name_the_file(tmp_path):
         CalibratedCloud(CalibratedConfig(file=str(path)))
     with pytest.raises(FarInputError, match="cannot read"):
         CalibratedCloud(CalibratedConfig(file=str(tmp_path / "missing.json")))
+
+
+def test_train_is_judged_by_models_that_never_saw_its_groups():
+    models = keyword_models()
+    evaluator = Evaluator(SUITE, models, RuleVerifier(), folds=4)
+    evaluator.evaluate("p", Policy(cloud_threshold=0.5), "train")
+    parts = evaluator.parts("train")
+    train = SUITE.scenarios("train")
+    assert len(parts) == 4 and sorted(i for indices, _ in parts for i in indices) == list(range(len(train)))
+    for indices, fold_models in parts:
+        measured = {train[i].group_key for i in indices}
+        assert fold_models.edge is not models.edge and fold_models.cloud is not models.cloud
+        assert not measured & {s.group_key for s in fold_models.edge.fitted_on}
+        assert not measured & {s.group_key for s in fold_models.cloud.fitted_on}
+    assert evaluator.parts("holdout")[0][1] is models  # holdout: the models fitted on all of train
+    assert len(models.edge.fitted_on) == evaluator.fit_report["train"]
+    assert evaluator.fit_report["train_outputs"] == "out-of-fold, 4 folds by group"
 
 
 def test_fit_on_another_suite_and_holdout_content_is_dropped():

@@ -95,7 +95,7 @@ class LMRiskEdge:
         require_train(scenarios, "the edge risk calibration")
         raw, _ = self.raw_scores(scenarios)
         pairs = [(r, escalation_label(s)) for r, s in zip(raw, scenarios) if r is not None]
-        self.scaler.fit([r for r, _ in pairs], [label for _, label in pairs])
+        self.scaler = PlattScaler().fit([r for r, _ in pairs], [label for _, label in pairs])  # rebound
 
     def assess(self, scenarios: Sequence[Scenario]) -> list[EdgeAssessment]:
         raw, results = self.raw_scores(scenarios)

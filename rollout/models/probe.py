@@ -119,4 +119,6 @@ class ProbeBacked:
         return self.encoder.stats
 
     def fit(self, scenarios: Sequence[Scenario], progress: FitProgress | None = None) -> None:
-        self.probe.fit(scenarios, type(self).label, progress)
+        probe = LinearProbe(self.encoder, l2=self.probe.l2, class_weight=self.probe.class_weight, what=self.probe.what)
+        probe.fit(scenarios, type(self).label, progress)
+        self.probe = probe  # rebound, not mutated: a copy fitted anew leaves the original as it was
