@@ -138,7 +138,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "config": loaded.raw,
         "suite": suite.describe(),
         "splits": split_manifest(suite),
-        "models": {k: v for k, v in models.describe().items() if k != "model_calls"},  # in run_stats.json
+        "models": {**{k: v for k, v in models.describe().items() if k != "model_calls"},  # in run_stats.json
+                   "fit": evaluator.fit_report},
         "engine": config.engine,
         "rewards": loaded.rewards.model_dump(mode="json"),
         "gate_config": config.gate.model_dump(),
@@ -298,7 +299,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         "search": settings.model_dump(),
         "suite": suite.describe(),
         "splits": split_manifest(suite),
-        "models": {k: v for k, v in models.describe().items() if k != "model_calls"},  # in run_stats.json
+        "models": {**{k: v for k, v in models.describe().items() if k != "model_calls"},  # in run_stats.json
+                   "fit": evaluator.fit_report},
         "engine": config.engine,
         "trials": len(run.trials),
         "searcher": run.searcher_counts,
