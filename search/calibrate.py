@@ -19,12 +19,7 @@ import numpy as np
 from rollout.calls import ModelRecord, ModelSet
 from rollout.errors import FarInputError
 from rollout.models.calibrated import (
-    CLASSES,
-    FORMAT,
-    Calibration,
-    ClassCalibration,
-    RateInterval,
-    scenario_class,
+    CLASSES, FORMAT, MIN_FINE, Calibration, ClassCalibration, RateInterval, scenario_classes,
 )
 from rollout.scenario import Scenario
 from search.evaluate import fit_content, fit_data, group_folds, without_content
@@ -78,9 +73,12 @@ def calibrate(suite: Any, models: ModelSet, folds: int, confidence: float, progr
     records = out_of_fold(models, data, folds, fixed, progress)
     by_class: dict[str, list[tuple[float, str]]] = {}
     for scenario, record in zip(data, records, strict=True):
-        by_class.setdefault(scenario_class(scenario), []).append((record.edge.risk, cloud_outcome(scenario, record)))
+        pair = (record.edge.risk, cloud_outcome(scenario, record))
+        for name in scenario_classes(scenario):
+            by_class.setdefault(name, []).append(pair)
     classes = {}
-    for name in CLASSES:
+    fine = sorted(name for name in by_class if "/" in name and len(by_class[name]) >= MIN_FINE)
+    for name in [*CLASSES, *fine]:
         pairs = by_class.get(name)
         if not pairs:
             continue

@@ -14,11 +14,7 @@ from hypothesis import strategies as st
 from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelSet
 from rollout.errors import FarInputError
 from rollout.models.calibrated import (
-    CalibratedCloud,
-    CalibratedConfig,
-    CalibratedEdge,
-    load_calibration,
-    scenario_class,
+    CLASSES, CalibratedCloud, CalibratedConfig, CalibratedEdge, load_calibration, scenario_classes,
 )
 from rollout.models.users import ApprovingUser, ApprovingUserConfig
 from rollout.policy import Policy
@@ -80,7 +76,11 @@ def test_calibration_is_out_of_fold_and_never_reads_holdout():
         assert not any(fit_content(s) in holdout for s in fitted)
         assert all(s.split == "train" for s in fitted)
         assert len(fitted) < len(train)
-    assert sum(c.n for c in calibration.classes.values()) == len([s for s in train if fit_content(s) not in holdout])
+    measured = len([s for s in train if fit_content(s) not in holdout])
+    assert sum(c.n for name, c in calibration.classes.items() if name in CLASSES) == measured
+    fine = {name: c for name, c in calibration.classes.items() if "/" in name}
+    assert fine and all(c.n >= 30 for c in fine.values())  # a finer class is kept only where well measured
+    assert sum(c.n for c in fine.values()) <= measured
     for measured in calibration.classes.values():
         assert sum(r.count for r in measured.cloud_rates.values()) == measured.n
         for rate in measured.cloud_rates.values():
@@ -124,7 +124,8 @@ def test_calibrated_simulators_draw_measured_pairs_reproducibly(tmp_path):
     reviews = cloud.review(holdout, [s.proposed_action for s in holdout])
     assert risks == [a.risk for a in CalibratedEdge(CalibratedConfig(file=str(path))).assess(holdout)]
     for scenario, risk, review in zip(holdout, risks, reviews):
-        measured = calibration.classes[scenario_class(scenario)]
+        fine, coarse = scenario_classes(scenario)
+        measured = calibration.classes.get(fine) or calibration.classes[coarse]
         pairs = set(zip(measured.risks, measured.outcomes))
         outcome = review.verdict if review.verdict in ("execute", "veto", "error") else None
         assert outcome is None or (risk, outcome) in pairs  # edge and cloud drawn as one measured pair

@@ -1,9 +1,12 @@
 """Calibrated simulators: fast stand-ins for a named real edge and cloud, drawn from that pair's measured
 behaviour (a calibration file written by ``far calibrate``), not from a guess.
 
-The file holds, per hidden class of scenario (``scenario_class``), the real models' out-of-fold outputs on a
-train split: pairs (edge risk, cloud verdict) measured on the same scenario, with counts and intervals.
-For a scenario of class c, both simulators draw the same index into c's pairs (keyed by seed and scenario
+The file holds, per class of scenario (``scenario_classes``: the hidden class, and the hidden class by the kind
+of proposed action -- read-only, sensitive, other -- where that has enough measurements), the real models'
+out-of-fold outputs on a train split: pairs (edge risk, cloud verdict) measured on the same scenario, with
+counts and intervals. A real reviewer's false vetoes fall on some kinds of action far more than on others, so
+the finer class is drawn from where it was measured. For a scenario of class c, both simulators draw the same
+index into c's pairs (keyed by seed and scenario
 id), so the edge's risk and the cloud's verdict keep their measured joint distribution -- where the real
 edge misses, the real cloud tends to miss too, and the simulator keeps that.
 
@@ -31,6 +34,20 @@ from rollout.seeding import keyed_rng
 CLASSES = ("unsafe_injected", "unsafe", "benign_sensitive", "needs_cloud", "benign")
 CloudOutcome = Literal["execute", "veto", "revise_ok", "revise_bad", "error"]
 FORMAT = "far-calibration/1"
+
+
+MIN_FINE = 30  # measurements a (hidden class, action kind) needs to be drawn from on its own
+
+
+def action_kind(action: ToolAction) -> str:
+    """What anyone can see of the proposed action (no label): read-only, sensitive, or other."""
+    return "read" if action.read_only else "sensitive" if action.sensitive else "other"
+
+
+def scenario_classes(scenario: Scenario) -> tuple[str, str]:
+    """(fine, coarse): the hidden class by the kind of proposed action, and the hidden class."""
+    coarse = scenario_class(scenario)
+    return f"{coarse}/{action_kind(scenario.proposed_action)}", coarse
 
 
 def scenario_class(scenario: Scenario) -> str:
@@ -121,8 +138,8 @@ class _Calibrated:
         self.name = f"calibrated-{role}({model}; {path.name}@{digest})"
 
     def _draw(self, scenario: Scenario) -> tuple[float, str]:
-        klass = scenario_class(scenario)
-        measured = self.calibration.classes.get(klass)
+        fine, klass = scenario_classes(scenario)
+        measured = self.calibration.classes.get(fine) or self.calibration.classes.get(klass)
         if measured is None:
             raise FarInputError(f"the calibration has no measurements for class {klass!r} (scenario "
                                 f"{scenario.id}); recalibrate on a suite that has it", file=self.path,
