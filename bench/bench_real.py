@@ -55,13 +55,14 @@ def roc(labels: np.ndarray, scores: np.ndarray) -> dict:
 
 def survey_data(agentdojo: list[str]) -> dict:
     from rollout.suites import build_suite
-    from search.evaluate import fit_content, fit_data, without_content
+    from rollout.scenario import model_input
+    from search.evaluate import fit_data, without_content
 
     data = {}
     for name, spec in (("edge_cloud", BUILTIN), ("agentdojo", agentdojo_spec(agentdojo))):
         suite = build_suite(spec)
         holdout = fit_data(suite, "holdout")
-        train, dropped = without_content(fit_data(suite, "train"), {fit_content(s) for s in holdout})
+        train, dropped = without_content(fit_data(suite, "train"), {model_input(s) for s in holdout})
         data[name] = {"train": train, "holdout": holdout, "dropped": dropped}
         print(f"  {name}: train {len(train)} ({dropped} dropped: holdout content), holdout {len(holdout)}", flush=True)
     return data

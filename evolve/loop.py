@@ -16,8 +16,8 @@ Round t (π_t is the current model):
 6. holdout metrics after the round (round 0 = before any update): ASR, HCR, TSR, over-refusal, mean r_PF,
    overall and per category; stop early when mean r_PF improves by less than ``min_improvement``.
 
-Evaluation-only data never enters R_t (``require_trainable``): only train-split scenarios of suites not
-marked evaluation-only.
+Evaluation-only data never enters R_t nor any fit (``require_trainable``, checked on the whole train split
+before anything loads, and on each replay buffer): only train-split scenarios that are not evaluation-only.
 """
 from __future__ import annotations
 
@@ -34,24 +34,19 @@ from evolve.task import (
     DECISIONS, DecisionTask, Scored, decision_messages, parse_decision, repair_messages, violated,
 )
 from rollout.errors import FarInputError
+from rollout.eval_only import refuse_eval_only
 from rollout.scenario import Scenario
 from verifiers.pareto import feasible, knee, pareto_front, r_pf, supervision_distribution
 from verifiers.taxonomy import FailureKind, SuccessKind
 
-EVAL_ONLY_SUITE_MARKERS = ("agentharm",)  # its authors forbid training on it
-
-
 def require_trainable(scenarios: Sequence[Scenario]) -> None:
-    """Refuse evaluation-only data: holdout splits, suites marked evaluation-only (e.g. AgentHarm), and any
-    scenario whose environment says ``eval_only``."""
+    """Refuse evaluation-only data: holdout splits, and scenarios marked evaluation-only or whose content was
+    imported as evaluation-only (``rollout.eval_only``: by content, so a renamed copy is refused too)."""
     for scenario in scenarios:
-        environment = scenario.environment or {}
         if scenario.split != "train":
             raise FarInputError(f"scenario {scenario.id} is in the {scenario.split} split: it may not be trained on",
                                 field="split")
-        if environment.get("eval_only") or any(m in scenario.suite.lower() for m in EVAL_ONLY_SUITE_MARKERS):
-            raise FarInputError(f"scenario {scenario.id} belongs to an evaluation-only suite ({scenario.suite})",
-                                field="suite")
+    refuse_eval_only(scenarios, "FATE's training (dev slice, replay buffer, model fits)", field="suite")
 
 
 @dataclass
@@ -157,6 +152,7 @@ class Evolution:
         suite = build_suite(config.suite, base_dir)
         rng = random.Random(config.seed)
         train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
+        require_trainable(train)  # before any model loads: the dev slice and every fit come from train
         self.dev = rng.sample(train, min(config.dev_size, len(train)))
         self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)

@@ -83,13 +83,21 @@ class Scenario(BaseModel):
     # the template (or source) the scenario was written from: scenarios of one group are near-duplicates, so
     # splits and cross-fitting keep a group on one side; None: the request text is its own group
     group: str | None = None
+    # may be evaluated, never fitted on (``rollout.eval_only``: also recognised by content)
+    eval_only: bool = False
 
     @property
     def group_key(self) -> str:
         return self.group if self.group is not None else f"text:{self.request}"
 
 
+def model_input(scenario: Scenario) -> tuple[str, str]:
+    """What a model sees of a scenario: the request and the proposed action (ids, names and labels aside)."""
+    return scenario.request, scenario.proposed_action.model_dump_json()
+
+
 _JSON_COLUMNS = ("proposed_action", "ground_truth", "environment")
+_BOOL_COLUMNS = ("eval_only",)
 
 
 def scenarios_to_table(scenarios: Iterable[Scenario]):
@@ -101,7 +109,7 @@ def scenarios_to_table(scenarios: Iterable[Scenario]):
         for column in _JSON_COLUMNS:
             row[column] = json.dumps(row[column], sort_keys=True)
         rows.append(row)
-    schema = pa.schema([(name, pa.string()) for name in Scenario.model_fields])
+    schema = pa.schema([(name, pa.bool_() if name in _BOOL_COLUMNS else pa.string()) for name in Scenario.model_fields])
     return pa.Table.from_pylist(rows, schema=schema)
 
 

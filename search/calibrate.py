@@ -21,8 +21,8 @@ from rollout.errors import FarInputError
 from rollout.models.calibrated import (
     CLASSES, FORMAT, MIN_FINE, Calibration, ClassCalibration, RateInterval, scenario_classes,
 )
-from rollout.scenario import Scenario
-from search.evaluate import fit_content, fit_data, group_folds, without_content
+from rollout.scenario import Scenario, model_input
+from search.evaluate import fit_data, group_folds, without_content
 from search.gate import clopper_pearson_upper
 
 OUTCOMES = ("execute", "veto", "revise_ok", "revise_bad", "error")
@@ -65,7 +65,7 @@ def calibrate(suite: Any, models: ModelSet, folds: int, confidence: float, progr
     if models.simulated or models.oracle_roles:
         raise FarInputError("calibrate measures real models: the config's edge and cloud must not be simulators "
                             f"(edge {models.edge.name}, cloud {models.cloud.name})", field="models")
-    holdout = {fit_content(s) for s in fit_data(suite, "holdout")}
+    holdout = {model_input(s) for s in fit_data(suite, "holdout")}
     data, dropped = without_content(fit_data(suite, "train"), holdout)
     fixed = {role: without_content(fit_data(other, "train"), holdout)[0] for role, other in (fit_on or {}).items()}
     progress(f"far calibrate: {len(data)} train scenarios ({dropped} dropped: same content as holdout), "

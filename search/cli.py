@@ -36,7 +36,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from rollout.models.backends import build_models
     from rollout.scenario import SPLITS, scenarios_to_table
     from rollout.suites import split_manifest
-    from search.config import load_evaluate_config, load_fit_suites, load_suite, make_verifier
+    from search.config import check_fit_data, load_evaluate_config, load_fit_suites, load_suite, make_verifier
     from search.evaluate import Evaluator
     from search.gate import gate
     from search.rank import Constraints, rank
@@ -51,6 +51,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"engine": args.engine})
     suite = load_suite(loaded)
     fit_on = load_fit_suites(loaded)
+    check_fit_data(loaded, suite, fit_on, "evaluate")
     host = None
     judge_on_actor = "llm_judge" in config.verifier.members and config.verifier.llm_judge.actor
     if config.models.uses_actors() or judge_on_actor:
@@ -182,7 +183,9 @@ def proposer_engine(config: Any, explicit: bool) -> tuple[Any, bool]:
 def cmd_search(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    from search.config import check_capacity, load_fit_suites, load_search_config, load_suite, make_verifier
+    from search.config import (
+        check_capacity, check_fit_data, load_fit_suites, load_search_config, load_suite, make_verifier,
+    )
 
     loaded = load_search_config(args.config, output=args.output)  # all validation before Ray starts
     config = loaded.config
@@ -196,6 +199,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     suite = load_suite(loaded)
     fit_on = load_fit_suites(loaded)
+    check_fit_data(loaded, suite, fit_on, "search")
 
     from cluster.hosting import RayHost, ensure_ray
     from cluster.rollout_pool import RolloutPool
@@ -330,20 +334,27 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from collections import Counter
+    from pathlib import Path
 
     from rollout.scenario import save_scenarios
     from rollout.suites.imported import import_jsonl
 
-    imported = import_jsonl(args.file, suite=args.suite, seed=args.seed, holdout_fraction=args.holdout_fraction)
+    output = Path(args.output)
+    if output.is_dir() or not output.parent.is_dir():
+        raise FarInputError("must be a file in an existing directory", file=output, field="--output")
+    imported = import_jsonl(args.file, suite=args.suite, seed=args.seed, holdout_fraction=args.holdout_fraction,
+                            eval_only=args.eval_only, progress=_progress)
     for error in imported.errors:
         print(f"far: skipped {error}", file=sys.stderr)
     if not imported.scenarios:
         raise FarInputError("no valid scenario in the file", file=args.file)
-    save_scenarios(args.output, imported.scenarios)
+    save_scenarios(output, imported.scenarios)
     splits = Counter(s.split for s in imported.scenarios)
-    print(f"Imported {len(imported.scenarios)} scenarios (train {splits['train']}, holdout {splits['holdout']}), "
-          f"skipped {len(imported.errors)} malformed line(s) -> {args.output}\n"
-          f"Use it with: suite: {{name: parquet, path: {args.output}}}")
+    eval_only = sum(s.eval_only for s in imported.scenarios)
+    known = f", {imported.known_eval_only} of them known by content" if imported.known_eval_only else ""
+    print(f"Imported {len(imported.scenarios)} scenarios (train {splits['train']}, holdout {splits['holdout']}; "
+          f"evaluation-only {eval_only}{known}), skipped {len(imported.errors)} malformed line(s) -> {output}\n"
+          f"Use it with: suite: {{name: parquet, path: {output}}}")
     return 0
 
 
@@ -367,7 +378,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from rollout.io import write_json_atomic
     from rollout.models.backends import build_models
     from search.calibrate import calibrate, calibration_table
-    from search.config import load_fit_suites, load_run_config, load_suite
+    from search.config import check_fit_data, load_fit_suites, load_run_config, load_suite
 
     if args.folds < 2:
         raise FarInputError("needs at least 2 folds", field="--folds")
@@ -383,6 +394,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                             field="models")
     suite = load_suite(loaded)
     fit_on = load_fit_suites(loaded)
+    check_fit_data(loaded, suite, fit_on, "calibrate")
     models = build_models(config.models, None, loaded.base_dir)
     started = time.perf_counter()
     calibration = calibrate(suite, models, args.folds, args.confidence, _progress, fit_on)
@@ -419,6 +431,8 @@ def add_commands(commands: Any) -> None:
     importer.add_argument("--suite", help="suite label (default: the file's stem)")
     importer.add_argument("--seed", type=int, default=0, help="seed of the split for rows without one")
     importer.add_argument("--holdout-fraction", type=float, default=0.3)
+    importer.add_argument("--eval-only", action="store_true",
+                          help="every scenario is evaluation-only: evaluated, never fitted on (recorded by content)")
     importer.set_defaults(handler=cmd_import)
 
 

@@ -162,6 +162,29 @@ def load_fit_suites(loaded: Loaded) -> dict[str, Any]:
     return suites
 
 
+def check_fit_data(loaded: Loaded, suite: Any, fit_on: dict[str, Any], purpose: str) -> None:
+    """Evaluation-only scenarios (``rollout.eval_only``: marked, or known by content) never shape anything,
+    checked before any work: no ``fit_on`` suite may hold one in its train split, nor the evaluated suite's
+    train split when something is chosen or fitted on it -- the policy (``purpose="search"``: the search ranks
+    on train), a calibration (``"calibrate"``), or a learned model without ``fit_on`` (``"evaluate"``)."""
+    from rollout.eval_only import refuse_eval_only
+    from rollout.models.backends import UNFITTED_BACKENDS
+
+    for role, other in fit_on.items():
+        refuse_eval_only(other.scenarios("train"), f"fitting the {role} model (config {loaded.source})",
+                         file=getattr(other, "path", None) or loaded.source, field=f"models.{role}.fit_on")
+    models = loaded.config.models  # type: ignore[attr-defined]
+    fitted_here = [role for role in ("edge", "cloud")
+                   if role not in fit_on and getattr(models, role).backend not in UNFITTED_BACKENDS]
+    uses = {"search": "choosing the policy (the search ranks policies on train)",
+            "calibrate": "measuring a calibration"}.get(purpose)
+    if uses is None and fitted_here:
+        uses = f"fitting the {' and '.join(fitted_here)} model(s) (fit them on another suite with fit_on)"
+    if uses is not None:
+        refuse_eval_only(suite.scenarios("train"), f"{uses} (config {loaded.source})",
+                         file=getattr(suite, "path", None) or loaded.source, field="suite")
+
+
 def check_suite(suite: Any, loaded: Loaded, gate: Any) -> None:
     """Before any expensive work: both splits have scenarios, and the holdout is large enough for the gate's
     critical-rate bound ever to pass (with zero failures it needs ``search.gate.holdout_needed`` scenarios)."""

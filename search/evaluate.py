@@ -14,7 +14,7 @@ from typing import Any, Literal
 from rollout.agent import DEFAULT_COSTS, Costs, build_graph, rollout_prepared, run_live
 from rollout.calls import ModelRecord, ModelSet, RecordedCalls
 from rollout.policy import Policy
-from rollout.scenario import Scenario, Split
+from rollout.scenario import Scenario, Split, model_input
 from rollout.suites import Suite
 from rollout.trajectory import Trajectory
 from search.results import PolicyResult, aggregate, rollout_row
@@ -62,13 +62,8 @@ def group_folds(scenarios: Sequence[Scenario], folds: int) -> list[tuple[list[in
     return [(list(fit), list(measure)) for fit, measure in GroupKFold(n_splits=n).split(scenarios, groups=groups)]
 
 
-def fit_content(scenario: Scenario) -> tuple[str, str]:
-    """What a model sees of a scenario: the request and the proposed action (ids and labels aside)."""
-    return scenario.request, scenario.proposed_action.model_dump_json()
-
-
 def without_content(scenarios: Sequence[Scenario], excluded: set[tuple[str, str]]) -> tuple[list[Scenario], int]:
-    kept = [s for s in scenarios if fit_content(s) not in excluded]
+    kept = [s for s in scenarios if model_input(s) not in excluded]
     return kept, len(scenarios) - len(kept)
 
 
@@ -125,7 +120,7 @@ class Evaluator:
         holdout never shapes a model, whatever the files are called."""
         if self._fitted:
             return
-        holdout = {fit_content(s) for s in fit_data(self.suite, "holdout")}
+        holdout = {model_input(s) for s in fit_data(self.suite, "holdout")}
         own, leaked_own = without_content(fit_data(self.suite, "train"), holdout)
         by_role, leaked = {}, {"own": leaked_own}
         for role, suite in self.fit_on.items():

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ.setdefault("LANGSMITH_TRACING", "false")
+# tests register evaluation-only content: in a registry of their own (inherited by the CLIs they start), never
+# the user's
+os.environ["FAR_EVAL_ONLY_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="far-tests-"), "eval_only.sqlite")
 
 import pytest
 from hypothesis import settings

@@ -19,8 +19,9 @@ from rollout.models.calibrated import (
 from rollout.models.users import ApprovingUser, ApprovingUserConfig
 from rollout.policy import Policy
 from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from rollout.scenario import model_input
 from search.calibrate import calibrate, rate_interval
-from search.evaluate import Evaluator, fit_content
+from search.evaluate import Evaluator
 from verifiers.rules import RuleVerifier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,14 +70,14 @@ SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(seed=11, size=500))
 def test_calibration_is_out_of_fold_and_never_reads_holdout():
     models = keyword_models()
     calibration = calibrate(SUITE, models, folds=3, confidence=0.95, progress=lambda _: None)
-    holdout = {fit_content(s) for s in SUITE.scenarios("holdout")}
+    holdout = {model_input(s) for s in SUITE.scenarios("holdout")}
     train = SUITE.scenarios("train")
     assert len(models.edge.fits) == 3  # one fit per fold, each on about 2/3 of train: out-of-fold
     for fitted in models.edge.fits:
-        assert not any(fit_content(s) in holdout for s in fitted)
+        assert not any(model_input(s) in holdout for s in fitted)
         assert all(s.split == "train" for s in fitted)
         assert len(fitted) < len(train)
-    measured = len([s for s in train if fit_content(s) not in holdout])
+    measured = len([s for s in train if model_input(s) not in holdout])
     assert sum(c.n for name, c in calibration.classes.items() if name in CLASSES) == measured
     fine = {name: c for name, c in calibration.classes.items() if "/" in name}
     assert fine and all(c.n >= 30 for c in fine.values())  # a finer class is kept only where well measured
@@ -169,11 +170,11 @@ def test_fit_on_another_suite_and_holdout_content_is_dropped():
     models = keyword_models()
     evaluator = Evaluator(SUITE, models, RuleVerifier(), fit_on={"edge": other})
     evaluator.fit()
-    holdout = {fit_content(s) for s in SUITE.scenarios("holdout")}
+    holdout = {model_input(s) for s in SUITE.scenarios("holdout")}
     assert {s.suite for s in models.edge.fitted_on} == {"edge_cloud"}
     assert {s.id.split("-")[1] for s in models.edge.fitted_on} == {"12"}  # the other suite's scenarios
     assert {s.id.split("-")[1] for s in models.cloud.fitted_on} == {"11"}  # the cloud: the evaluated suite's
-    assert not any(fit_content(s) in holdout for s in models.edge.fitted_on + models.cloud.fitted_on)
+    assert not any(model_input(s) in holdout for s in models.edge.fitted_on + models.cloud.fitted_on)
     assert all(s.split == "train" for s in models.edge.fitted_on)
 
 

@@ -18,6 +18,7 @@ from evolve.loop import (  # noqa: E402
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
 from evolve.task import MALFORMED, DecisionTask, parse_decision  # noqa: E402
 from rollout.errors import FarInputError  # noqa: E402
+from rollout.eval_only import EvalOnlyRegistry  # noqa: E402
 from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
 from rollout.policy import Policy  # noqa: E402
 from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
@@ -116,12 +117,15 @@ def test_evaluation_only_data_is_refused():
     require_trainable(list(suite.scenarios("train")))
     with pytest.raises(FarInputError, match="holdout"):
         require_trainable([suite.scenarios("holdout")[0]])
-    harm = suite.scenarios("train")[0].model_copy(update={"suite": "agentharm-derived"})
-    with pytest.raises(FarInputError, match="evaluation-only"):
-        require_trainable([harm])
-    flagged = suite.scenarios("train")[0].model_copy(update={"environment": {"eval_only": True}})
-    with pytest.raises(FarInputError, match="evaluation-only"):
+    flagged = suite.scenarios("train")[0].model_copy(update={"eval_only": True})
+    with pytest.raises(FarInputError, match="1 evaluation-only"):
         require_trainable([flagged])
+    # known by content: a copy under another id and suite name, with the mark stripped, is refused too
+    known = suite.scenarios("train")[1]
+    EvalOnlyRegistry().add([known], source="test")
+    renamed = known.model_copy(update={"id": "renamed-1", "suite": "innocent-name", "category": "other"})
+    with pytest.raises(FarInputError, match="evaluation-only"):
+        require_trainable([renamed])
 
 
 def tiny_config(tmp_path, **overrides) -> EvolveConfig:

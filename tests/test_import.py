@@ -62,3 +62,92 @@ def test_imported_scenarios_evaluate_end_to_end(tmp_path):
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["splits"]["holdout"]["count"] == 6 and summary["splits"]["train"]["count"] == 18
+
+
+def far(args, cwd, timeout=120):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "search", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_a_line_that_is_not_utf8_is_reported_by_number_and_skipped(tmp_path):
+    good = [json.dumps({"id": f"u{i}", "request": f"Pay bill {i}", "proposed_action": PAY}) for i in range(3)]
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(good[0].encode() + b"\n" + b'{"id": "bad", "request": "caf\xe9"}\n' + "\n".join(good[1:]).encode())
+    result = import_jsonl(path)
+    assert [s.id for s in result.scenarios] == ["u0", "u1", "u2"]
+    assert len(result.errors) == 1 and result.errors[0].startswith(f"{path}:2: not UTF-8")
+
+
+def eval_only_rows(n: int = 40, marked_line: int | None = None) -> list[str]:
+    rows = []
+    for i in range(n):
+        row = {"id": f"e{i}", "request": f"Settle invoice number {i} for the clinic", "proposed_action": PAY,
+               "labels": {"unsafe": i % 5 == 0}, "split": "holdout" if i % 4 == 0 else "train"}
+        if i == marked_line:
+            row["eval_only"] = True
+        rows.append(json.dumps(row))
+    return rows
+
+
+def test_eval_only_by_line_header_and_flag_is_kept_in_parquet(tmp_path):
+    from rollout.eval_only import EvalOnlyRegistry
+
+    registry = EvalOnlyRegistry(tmp_path / "registry.sqlite")
+    (tmp_path / "line.jsonl").write_text("\n".join(eval_only_rows(6, marked_line=2)) + "\n")
+    by_line = import_jsonl(tmp_path / "line.jsonl", registry=registry)
+    assert [s.eval_only for s in by_line.scenarios] == [False, False, True, False, False, False]
+    (tmp_path / "header.jsonl").write_text("\n".join(['{"eval_only": true}', *eval_only_rows(6)]) + "\n")
+    by_header = import_jsonl(tmp_path / "header.jsonl", registry=EvalOnlyRegistry(tmp_path / "other.sqlite"))
+    assert len(by_header.scenarios) == 6 and all(s.eval_only for s in by_header.scenarios) and not by_header.errors
+    from rollout.scenario import save_scenarios
+
+    save_scenarios(tmp_path / "header.parquet", by_header.scenarios)
+    assert all(s.eval_only for s in load_scenarios(tmp_path / "header.parquet"))
+    # known by content: the same rows, renamed, unmarked, under other ids, are evaluation-only again
+    renamed = [json.dumps({**json.loads(r), "id": f"other-{i}"}) for i, r in enumerate(eval_only_rows(6))]
+    (tmp_path / "innocent.jsonl").write_text("\n".join(renamed) + "\n")
+    again = import_jsonl(tmp_path / "innocent.jsonl", registry=EvalOnlyRegistry(tmp_path / "other.sqlite"))
+    assert all(s.eval_only for s in again.scenarios) and again.known_eval_only == 6
+    fresh = import_jsonl(tmp_path / "innocent.jsonl", registry=EvalOnlyRegistry(tmp_path / "empty.sqlite"))
+    assert not any(s.eval_only for s in fresh.scenarios)
+
+
+def test_a_renamed_eval_only_file_is_refused_at_load_before_any_work(tmp_path):
+    (tmp_path / "private.jsonl").write_text("\n".join(eval_only_rows()) + "\n")
+    marked = far(["import-scenarios", "private.jsonl", "--output", "private.parquet", "--eval-only"], tmp_path)
+    assert marked.returncode == 0, marked.stderr
+    assert "evaluation-only 40" in marked.stdout
+    # a renamed copy of the source, imported without the flag: recognised by content
+    (tmp_path / "public_benchmark.jsonl").write_text((tmp_path / "private.jsonl").read_text())
+    copied = far(["import-scenarios", "public_benchmark.jsonl", "--output", "renamed.parquet"], tmp_path)
+    assert copied.returncode == 0 and "40 of them known by content" in copied.stdout
+    learned = {"edge": {"backend": "embedding"}, "cloud": {"backend": "oracle"}, "user": {"backend": "approves"}}
+    policies = {"p": {"cloud_threshold": 0.5}}
+    configs = {
+        "evaluate_learned": ("evaluate", {"suite": {"name": "parquet", "path": "renamed.parquet"}, "models": learned,
+                                          "policies": policies, "output": "out"}),
+        "search": ("search", {"suite": {"name": "parquet", "path": "renamed.parquet"}, "models": ORACLE_MODELS,
+                              "space": {"parameters": {"cloud_threshold": {"type": "float", "low": 0.0, "high": 1.0,
+                                                                       "grid": [0.3, 0.6]}}},
+                              "search": {"method": "grid", "budget": 2}, "output": "out"}),
+        "calibrate": ("calibrate", {"suite": {"name": "parquet", "path": "renamed.parquet"}, "models": learned}),
+        "fit_on": ("evaluate", {"suite": {"name": "edge_cloud", "size": 200},
+                                "models": {**learned, "edge": {"backend": "embedding", "fit_on": {
+                                    "suite": {"name": "parquet", "path": "renamed.parquet"}}}},
+                                "policies": policies, "output": "out"}),
+    }
+    for name, (command, config) in configs.items():
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        extra = ["--output", "cal.json"] if command == "calibrate" else []
+        run = far([command, f"{name}.yaml", *extra], tmp_path)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2, (name, run.stderr[-2000:])
+        assert len(lines) == 1 and "evaluation-only scenario(s)" in lines[0] and "renamed.parquet" in lines[0], name
+        assert "Traceback" not in run.stderr and not (tmp_path / "out").exists(), name
+    # evaluating it with models that fit nothing is what evaluation-only data is for
+    (tmp_path / "evaluate.yaml").write_text(yaml.safe_dump({
+        "suite": {"name": "parquet", "path": "renamed.parquet"}, "models": ORACLE_MODELS, "policies": policies,
+        "output": "out"}))
+    evaluated = far(["evaluate", "evaluate.yaml"], tmp_path, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]

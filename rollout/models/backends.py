@@ -64,6 +64,10 @@ USER_BACKENDS: Registry[Factory] = Registry("backend", "far.user_backends", {
     "simulated": "rollout.models.oracle:build_user",  # the oracle's old name
 })
 
+# backends that fit nothing on data (every other one, plugins included, is assumed to fit on its train split:
+# evaluation-only data is then kept from it, ``search.config.check_fit_data``)
+UNFITTED_BACKENDS = frozenset({"oracle", "simulated", "calibrated", "approves", *CLOUD_LM_DEFAULTS})
+
 
 def _build(registry: Registry[Factory], spec: BackendSpec, where: str, context: BuildContext):
     if spec.backend not in registry:

