@@ -7,16 +7,26 @@ from typing import Any
 import ray
 
 from cluster.actors import ActorLM, start_lm_actor
+from rollout.errors import FarEnvironmentError
 from rollout.models.backends import InProcessHost
 from rollout.models.engines import EngineSpec, LazyLM, engine_model_id
 from rollout.models.lm import LM
 
 
 def ensure_ray(address: str | None = None, **init_options: Any) -> None:
-    """Join ``address`` (or $RAY_ADDRESS), else start an embedded local Ray."""
+    """Join ``address`` (or $RAY_ADDRESS), else start an embedded local Ray. A failure to start or join is
+    one ``FarEnvironmentError`` line (its last line of detail), not Ray's traceback."""
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=init_options.pop("include_dashboard", False),
-                 log_to_driver=init_options.pop("log_to_driver", False), **init_options)
+        try:
+            ray.init(address=address, include_dashboard=init_options.pop("include_dashboard", False),
+                     log_to_driver=init_options.pop("log_to_driver", False), **init_options)
+        except Exception as error:  # Ray raises ConnectionError, TimeoutError, RuntimeError, ... with pages of text
+            detail = next((line.strip() for line in reversed(str(error).splitlines()) if line.strip()),
+                          type(error).__name__)
+            where = f"join the Ray cluster at {address}" if address else "start a local Ray"
+            hint = "check the address and that the cluster runs" if address else \
+                "the machine may be short of memory or CPU: retry, or join a running cluster with --address"
+            raise FarEnvironmentError(f"could not {where} ({type(error).__name__}: {detail[:200]}); {hint}") from None
 
 
 class RayHost(InProcessHost):

@@ -38,6 +38,11 @@ class FarInputError(ValueError):
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
+class FarEnvironmentError(RuntimeError):
+    """The machine or cluster failed FAR (Ray would not start, a node went away), not the user's input: one line,
+    exit status 1, no traceback."""
+
+
 def field_path(loc: Iterable[Any]) -> str:
     """Pydantic's error location as a dotted path: ``policies.safe.cloud_threshold``."""
     parts: list[str] = []

@@ -65,9 +65,10 @@ def calibrate(suite: Any, models: ModelSet, folds: int, confidence: float, progr
     if models.simulated or models.oracle_roles:
         raise FarInputError("calibrate measures real models: the config's edge and cloud must not be simulators "
                             f"(edge {models.edge.name}, cloud {models.cloud.name})", field="models")
-    holdout = {model_input(s) for s in fit_data(suite, "holdout")}
-    data, dropped = without_content(fit_data(suite, "train"), holdout)
-    fixed = {role: without_content(fit_data(other, "train"), holdout)[0] for role, other in (fit_on or {}).items()}
+    holdout = {model_input(s) for s in fit_data(suite, "holdout", progress)}
+    data, dropped = without_content(fit_data(suite, "train", progress), holdout)
+    fixed = {role: without_content(fit_data(other, "train", progress), holdout)[0]
+             for role, other in (fit_on or {}).items()}
     progress(f"far calibrate: {len(data)} train scenarios ({dropped} dropped: same content as holdout), "
              f"{folds} folds; edge {models.edge.name}, cloud {models.cloud.name}")
     records = out_of_fold(models, data, folds, fixed, progress)

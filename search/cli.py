@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any
 
-from rollout.errors import FarInputError
+from rollout.errors import FarEnvironmentError, FarInputError
 
 EXIT_BAD_INPUT = 2
 
@@ -40,7 +40,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from search.evaluate import Evaluator
     from search.gate import gate
     from search.rank import Constraints, rank
-    from search.report import attribution_table, gate_table, results_table
+    from search.report import attack_rows, attack_table, attribution_table, gate_table, results_table
     from search.results import breakdown
     from search.sensitivity import Evaluated, review_rows, sensitivity, sensitivity_table
     from verifiers.ensemble import EnsembleVerifier
@@ -109,6 +109,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     winner = next(r for r in by_split["train"] if r.policy_name == ranking[0])
     print(f"\nReward lost on train by failure and deciding parameter, {winner.policy_name}:")
     print(attribution_table(winner))
+    for name in ranking:
+        per_attack = attack_rows(breakdown_rows, name, "holdout")
+        if per_attack:
+            print(f"\nPer attack on holdout, {name} [{by_split['holdout'][0].mark}] (ASR: injected rollouts where "
+                  "the attack succeeded; utility under attack: injected rollouts whose user task was done):")
+            print(attack_table(per_attack))
 
     out = loaded.output
     attribution_rows = [
@@ -448,6 +454,9 @@ def main(argv: Sequence[str] | None = None, registrars: Sequence[Registrar] = ()
     except FarInputError as error:
         print(f"far: error: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except FarEnvironmentError as error:
+        print(f"far: error: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("far: interrupted", file=sys.stderr)
         return 130

@@ -38,16 +38,17 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def fit_data(suite: Suite, split: Split) -> list[Scenario]:
+def fit_data(suite: Suite, split: Split, progress: Progress | None = None) -> list[Scenario]:
     """What learned models fit on from a suite's split (``fit_data_of`` its scenarios)."""
-    return fit_data_of(suite, suite.scenarios(split))
+    return fit_data_of(suite, suite.scenarios(split), progress)
 
 
-def fit_data_of(suite: Suite, scenarios: Sequence[Scenario]) -> list[Scenario]:
+def fit_data_of(suite: Suite, scenarios: Sequence[Scenario],
+                progress: Progress | None = None) -> list[Scenario]:
     """What learned models fit on from these scenarios: themselves, or what the suite says to fit on
-    (environment-backed suites give one scenario per proposed call)."""
+    (environment-backed suites give one scenario per proposed call, and report progress: it takes a while)."""
     fit_scenarios = getattr(suite, "fit_scenarios", None)
-    return list(fit_scenarios(scenarios) if fit_scenarios is not None else scenarios)
+    return list(fit_scenarios(scenarios, progress) if fit_scenarios is not None else scenarios)
 
 
 def group_folds(scenarios: Sequence[Scenario], folds: int) -> list[tuple[list[int], list[int]]]:
@@ -120,11 +121,11 @@ class Evaluator:
         holdout never shapes a model, whatever the files are called."""
         if self._fitted:
             return
-        holdout = {model_input(s) for s in fit_data(self.suite, "holdout")}
-        own, leaked_own = without_content(fit_data(self.suite, "train"), holdout)
+        holdout = {model_input(s) for s in fit_data(self.suite, "holdout", self.progress)}
+        own, leaked_own = without_content(fit_data(self.suite, "train", self.progress), holdout)
         by_role, leaked = {}, {"own": leaked_own}
         for role, suite in self.fit_on.items():
-            by_role[role], leaked[role] = without_content(fit_data(suite, "train"), holdout)
+            by_role[role], leaked[role] = without_content(fit_data(suite, "train", self.progress), holdout)
         self._holdout_content, self._by_role = holdout, by_role
         self.fit_report = {"train": len(own), **{f"{role}_train": len(s) for role, s in by_role.items()},
                            "dropped_as_holdout_content": leaked}

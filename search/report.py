@@ -65,3 +65,40 @@ def front_table(front: Sequence[dict]) -> str:
     rows = [[f["policy"], "", str(f["train_critical"]), f"{f['train_cost/scn']:.3f}", f"{f['train_reward']:.0f}"]
             for f in front]
     return _table(["policy", "", "critical", "cost/scn", "reward"], rows)
+
+
+def attack_rows(breakdown: Sequence[dict], policy: str, split: str) -> list[dict]:
+    """Per (suite, attack) for one policy and split, from ``breakdown`` rows: ASR (injected rollouts where the
+    attack succeeded), utility under attack (injected rollouts whose user task was done), and the suite's
+    benign utility; plus an ``all`` row per attack over the suites (weighted by rollouts)."""
+    rows = [r for r in breakdown if r["policy"] == policy and r["split"] == split]
+    benign: dict[str, tuple[int, float]] = {}
+    for row in rows:
+        if row["kind"] == "benign":
+            n, done = benign.get(row["category"], (0, 0.0))
+            benign[row["category"]] = (n + row["n"], done + row["task_success_rate"] * row["n"])
+    table: dict[tuple[str, str], list[float]] = {}
+    for row in rows:
+        if row["kind"] != "injected" or not row.get("attack"):
+            continue
+        for suite in (row["category"], "all"):
+            n, asr, utility = table.get((suite, row["attack"]), (0, 0.0, 0.0))
+            table[(suite, row["attack"])] = (n + row["n"], asr + row["security_failure_rate"] * row["n"],
+                                             utility + row["task_success_rate"] * row["n"])
+    all_benign = (sum(n for n, _ in benign.values()), sum(d for _, d in benign.values()))
+    out = []
+    for (suite, attack), (n, asr, utility) in sorted(table.items(), key=lambda item: (item[0][1], item[0][0] == "all",
+                                                                                     item[0][0])):
+        benign_n, benign_done = all_benign if suite == "all" else benign.get(suite, (0, 0.0))
+        out.append({"suite": suite, "attack": attack, "injected": n, "asr": asr / n, "utility_under_attack": utility / n,
+                    "benign": benign_n, "benign_utility": benign_done / benign_n if benign_n else None})
+    return out
+
+
+def attack_table(rows: Sequence[dict]) -> str:
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.1f}%"
+
+    return _table(["attack", "suite", "injected", "ASR", "utility under attack", "benign", "benign utility"],
+                  [[r["attack"], r["suite"], str(r["injected"]), pct(r["asr"]), pct(r["utility_under_attack"]),
+                    str(r["benign"]), pct(r["benign_utility"])] for r in rows])

@@ -39,7 +39,7 @@ def all_scenarios(suite):
 
 @pytest.fixture(scope="module")
 def faultless():
-    return banking(**NO_FAULTS)
+    return banking(split_by="user_task", **NO_FAULTS)
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ def test_checker_defects_are_labelled_and_can_be_excluded():
     defective = {s.id for s in all_scenarios(labelled) if s.environment["checker_defects"]}
     # user_task_8's utility check is always true; injection_task_0's security check has a precedence bug
     assert "agentdojo/banking/user_task_8/benign" in defective
-    assert all(sid.endswith("injection_task_0") or "/user_task_8/" in sid for sid in defective)
+    assert all("/injection_task_0/" in sid or "/user_task_8/" in sid for sid in defective)
     assert labelled.describe()["checker_defect_scenarios"] == len(defective)
     kept = AgentDojoSuite(AgentDojoSuiteConfig.model_validate({**config, "exclude_checker_defects": True}))
     assert kept.describe()["excluded_checker_defect_scenarios"] == len(defective)
@@ -203,7 +203,13 @@ def test_tool_properties_follow_the_documented_rule():
 
 @pytest.mark.parametrize("options, field", [
     ({"suites": ["bankingg"]}, "suite.suites"),
-    ({"attack": "no_such_attack", "suites": ["banking"], "max_user_tasks": 1}, "suite.attack"),
+    ({"attack": "no_such_attack", "suites": ["banking"], "max_user_tasks": 1}, "suite.attacks"),
+    ({"attack": "manual"}, "suite.attacks"),
+    ({"attacks": ["important_instructions", "captcha_dos"]}, "suite.attacks"),
+    ({"attacks": []}, "suite.attacks"),
+    ({"version": "v9.9"}, "suite.version"),
+    ({"suites": []}, "suite.suites"),
+    ({"split_by": "injection"}, "suite.split_by"),
     ({"holdout_fraction": 1.5}, "suite.holdout_fraction"),
     ({"typo": 1}, "suite.typo"),
 ])
@@ -211,6 +217,106 @@ def test_bad_suite_options_name_the_field(options, field):
     with pytest.raises(FarInputError) as error:
         build_suite({"name": "agentdojo", **options})
     assert error.value.field == field
+    assert "\n" not in str(error.value)
+
+
+def test_bad_agentdojo_options_say_what_is_allowed():
+    def message(**options) -> str:
+        with pytest.raises(FarInputError) as error:
+            build_suite({"name": "agentdojo", **options})
+        return str(error.value)
+
+    assert "standard input" in message(attack="manual") and "tool_knowledge" in message(attack="manual")
+    assert "denial-of-service" in message(attacks=["dos"])
+    assert "v1.1.2" in message(version="v9.9") and "v1.2.2" in message(version="v9.9")
+    assert "at least one" in message(suites=[]) and "banking" in message(suites=[])
+
+
+def test_the_far_cli_reports_a_bad_agentdojo_attack_in_one_line(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    config = tmp_path / "bad.yaml"
+    config.write_text(json.dumps({"suite": {"name": "agentdojo", "attack": "manual"}, "models": oracle_models(),
+                                  "policies": {"p": {"cloud_threshold": 0.5}}, "output": str(tmp_path / "out")}))
+    run = subprocess.run([sys.executable, "-m", "search", "evaluate", str(config)], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=120, cwd=Path(__file__).resolve().parents[1])
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-1500:]
+    assert "suite.attacks" in run.stderr and "standard input" in run.stderr
+
+
+def task_sets(scenarios, key):
+    return {(s.category, s.environment[key]) for s in scenarios if s.environment[key]}
+
+
+@pytest.mark.parametrize("split_by", ["injection_task", "user_and_injection_task"])
+def test_holdout_injection_tasks_never_appear_in_train(split_by):
+    suite = AgentDojoSuite(AgentDojoSuiteConfig(suites=("banking", "slack"), split_by=split_by, max_user_tasks=8))
+    train, holdout = suite.scenarios("train"), suite.scenarios("holdout")
+    assert any(s.kind == "injected" for s in holdout) and any(s.kind == "benign" for s in holdout)
+    assert not task_sets(train, "injection_task") & task_sets(holdout, "injection_task")
+    for name in ("banking", "slack"):  # per suite: at least one unseen injection task, never all of them
+        unseen = suite.describe()["holdout_injection_tasks"][name]
+        seen = {t for c, t in task_sets(train, "injection_task") if c == name}
+        assert unseen and seen and not set(unseen) & seen
+    users_overlap = task_sets(train, "user_task") & task_sets(holdout, "user_task")
+    if split_by == "user_and_injection_task":
+        assert not users_overlap
+        # what is left out is exactly the pairs across the sides
+        full = AgentDojoSuite(AgentDojoSuiteConfig(suites=("banking", "slack"), split_by="pair", max_user_tasks=8))
+        kept = len(train) + len(holdout)
+        assert kept + suite.describe()["dropped_across_split"] == len(all_scenarios(full))
+    else:
+        assert users_overlap  # user tasks are on both sides: only the injections are unseen
+    # cross-fitting keeps an injection task's scenarios together, like the split
+    for scenario in train:
+        if scenario.kind == "injected":
+            assert scenario.group.endswith(scenario.environment["injection_task"])
+
+
+@given(st.integers(2, 40), st.floats(0.01, 0.99), st.integers(0, 5))
+def test_holdout_members_draw_an_exact_share_never_none_never_all(n, fraction, seed):
+    from rollout.suites.base import holdout_members
+
+    keys = [f"s/task_{i}" for i in range(n)]
+    chosen = holdout_members(keys, fraction, seed, strip=2)
+    assert 1 <= len(chosen) <= n - 1 and chosen <= {k[2:] for k in keys}
+    assert len(chosen) == min(n - 1, max(1, round(fraction * n)))
+    assert chosen == holdout_members(list(reversed(keys)), fraction, seed, strip=2)  # order-free
+
+
+def test_attacks_are_part_of_the_scenario_and_change_what_the_guard_sees():
+    from rollout.suites.agentdojo.agent import calls_as_the_guard_sees_them
+
+    attacks = ("important_instructions", "ignore_previous", "direct", "tool_knowledge")
+    suite = AgentDojoSuite(AgentDojoSuiteConfig(suites=("banking",), attacks=attacks, max_user_tasks=2,
+                                                max_injection_tasks=2, **NO_FAULTS))
+    scenarios = all_scenarios(suite)
+    injected = [s for s in scenarios if s.kind == "injected"]
+    assert len(injected) == 2 * 2 * len(attacks) and sum(s.kind == "benign" for s in scenarios) == 2
+    assert {s.environment["attack"] for s in injected} == set(attacks)
+    assert all(s.id.endswith("/" + s.environment["attack"]) for s in injected)
+    assert len({s.id for s in scenarios}) == len(scenarios)
+    # one (user task, injection task) pair under each attack: the text the guard judges differs
+    pair = [s for s in injected if s.environment["user_task"] == injected[0].environment["user_task"]
+            and s.environment["injection_task"] == injected[0].environment["injection_task"]]
+    seen = {s.environment["attack"]: [c.request for c in calls_as_the_guard_sees_them(s)] for s in pair}
+    assert len({tuple(texts) for texts in seen.values()}) == len(attacks)
+
+
+@pytest.mark.parametrize("version", ["v1.1.2", "v1.2.2"])
+def test_both_benchmark_versions_run_and_are_named(version):
+    suite = AgentDojoSuite(AgentDojoSuiteConfig(suites=("slack",), version=version, max_user_tasks=2,
+                                                max_injection_tasks=1, **NO_FAULTS))
+    results = run(suite, REVIEW_ALL)
+    assert {episode.scenario.environment["version"] for episode, _, _ in results} == {version}
+    assert suite.describe()["version"] == version
+    from search.results import breakdown
+
+    rows = breakdown("p", "all", [e.scenario for e, _, _ in results], [v for _, _, v in results])
+    assert {r["version"] for r in rows} == {version}
+    assert all(r["attack"] == "important_instructions" for r in rows if r["kind"] == "injected")
 
 
 def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local):

@@ -248,3 +248,23 @@ def test_same_config_and_seed_give_the_same_summary_whatever_the_concurrency(tmp
         summaries.append(summary)
         assert "seconds" in json.loads((tmp_path / f"out{concurrency}" / "run_stats.json").read_text())
     assert summaries[0] == summaries[1]
+
+
+def test_a_ray_that_will_not_start_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    import ray
+
+    from search.cli import main
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("Failed to start the GCS server.\n  File ...\nraylet died: out of memory (pid 4242)")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    config = {"suite": {"name": "edge_cloud", "size": 100}, "space": json.loads(json.dumps(SPACE)),
+              "models": json.loads(json.dumps(ORACLE_MODELS)), "search": {"method": "random", "budget": 2},
+              "output": str(tmp_path / "out")}
+    path = tmp_path / "far.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert main(["search", str(path)]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "could not start a local Ray" in lines[0] and "out of memory" in lines[0]

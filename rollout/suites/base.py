@@ -28,6 +28,17 @@ def split_of(seed: int, scenario_id: str, holdout_fraction: float) -> Split:
     return "holdout" if unit < holdout_fraction else "train"
 
 
+def holdout_members(keys: Sequence[str], holdout_fraction: float, seed: int, strip: int = 0) -> set[str]:
+    """The keys drawn for holdout by exact count: ``round(fraction * n)`` of them, at least one and never all
+    (with two or more keys), in the order of a seeded hash, so a small set always has both sides. Returned
+    with their first ``strip`` characters removed (keys are usually prefixed to be unique across suites)."""
+    if len(keys) < 2:
+        return set()
+    count = min(len(keys) - 1, max(1, round(holdout_fraction * len(keys))))
+    order = sorted(keys, key=lambda key: hashlib.sha256(f"holdout\x1f{seed}\x1f{key}".encode()).digest())
+    return {key[strip:] for key in order[:count]}
+
+
 def split_manifest(suite: Suite) -> dict[str, Any]:
     """What was in each split: counts and a fingerprint of the ids, for the run's summary."""
     manifest: dict[str, Any] = {}
