@@ -1,0 +1,92 @@
+"""AgentDojo per attack, with real models (issue 15). Ratios within one run; times are noisy on 2 cores.
+
+    python bench/bench_attacks.py [--suites banking,slack] [--attacks a,b,...] [--splits injection_task,user_task]
+
+For each split rule: the AgentDojo suites under several attacks at once, guarded by FAR's real models
+(embedding edge, reviewer cloud, approving user; fitted on train episodes' calls, train judged out-of-fold).
+The guard policy is chosen on train over a grid (the same grid as ``bench_real.py sim2real``) within the
+shipped gate's cost limit, then evaluated on holdout; per (suite, attack): ASR, utility under attack and
+benign utility, with AgentDojo's definitions (ASR = injected episodes whose injection task's security check
+says the attack succeeded; utility under attack = injected episodes whose user task's utility check passes).
+The undefended policy (no review, no block) is measured too: the scripted agent follows every injection it
+reads, so its ASR is the attack's reach into these episodes, not a model's gullibility.
+
+Writes bench/out/attacks.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from bench.bench_real import COST_LIMIT, REAL, policy_grid  # noqa: E402
+
+ATTACKS = ("important_instructions", "tool_knowledge", "ignore_previous", "direct")
+
+
+def run_split(split_by: str, suites: list[str], attacks: list[str], version: str) -> dict:
+    from rollout.models.backends import ModelsConfig, build_models
+    from rollout.policy import Policy
+    from rollout.suites import build_suite
+    from search.evaluate import Evaluator
+    from search.rank import Constraints, rank
+    from search.report import attack_rows, attack_table
+    from search.results import breakdown
+    from verifiers.rules import RuleVerifier
+
+    spec = {"name": "agentdojo", "suites": suites, "version": version, "attacks": attacks, "seed": 0,
+            "holdout_fraction": 0.3, "split_by": split_by, "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02}
+    suite = build_suite(spec)
+    started = time.perf_counter()
+    evaluator = Evaluator(suite, build_models(ModelsConfig.model_validate(REAL)), RuleVerifier(),
+                          progress=lambda m: print(m, flush=True))
+    grid = policy_grid(agentdojo=True)
+    train = [evaluator.evaluate(f"p{i}", p, "train").result for i, p in enumerate(grid)]
+    best = rank(train, Constraints(max_mean_cost=COST_LIMIT["agentdojo"]))[0]
+    print(f"  {split_by}: best on train {best.policy.short()} ({time.perf_counter() - started:.0f} s)", flush=True)
+    undefended = Policy(cloud_threshold=1.0, max_retries=1, require_confirmation=False, fallback_mode="safe_shutdown")
+    out = {"suite": suite.describe(), "grid_size": len(grid), "winner": best.policy.model_dump(mode="json"),
+           "winner_short": best.policy.short(), "fit": evaluator.fit_report}
+    for label, policy in (("searched", best.policy), ("undefended", undefended)):
+        evaluation = evaluator.evaluate(label, policy, "holdout")
+        rows = attack_rows(breakdown(label, "holdout", evaluator.scenarios("holdout"), evaluation.verdicts),
+                           label, "holdout")
+        result = evaluation.result
+        out[label] = {"per_attack": rows, "critical_failures": result.critical_failures,
+                      "rollouts_with_critical": result.rollouts_with_critical, "n": result.scenarios,
+                      "mean_cost": result.mean_cost, "mark": result.mark}
+        print(f"  {split_by} {label} [{result.mark}] mean cost {result.mean_cost:.2f}\n{attack_table(rows)}",
+              flush=True)
+    out["seconds"] = time.perf_counter() - started
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--suites", default="banking,slack")
+    parser.add_argument("--attacks", default=",".join(ATTACKS))
+    parser.add_argument("--splits", default="injection_task,user_task")
+    parser.add_argument("--version", default="v1.2.2")
+    parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "attacks.json"))
+    args = parser.parse_args()
+    out = Path(args.output)
+    results = json.loads(out.read_text()) if out.exists() else {}
+    for split_by in args.splits.split(","):
+        results[f"{args.version}/{split_by}"] = run_split(split_by, args.suites.split(","), args.attacks.split(","),
+                                                          args.version)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(results, indent=2, default=str))
+        tmp.replace(out)  # after each split: a long run keeps what it measured
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
