@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rollout.errors import FarInputError
+from rollout.io import data_dir
 from rollout.scenario import Scenario, model_input
 
 REGISTRY_NAME = "eval_only.sqlite"
@@ -41,8 +42,6 @@ class EvalOnlyRegistry:
         if path is None and os.environ.get("FAR_EVAL_ONLY_REGISTRY"):
             path = os.environ["FAR_EVAL_ONLY_REGISTRY"]
         if path is None:
-            from rollout.models.weights import data_dir
-
             path = data_dir() / REGISTRY_NAME
         self.path = Path(path)
 

@@ -13,6 +13,14 @@ import yaml
 from rollout.errors import FarInputError
 
 
+def data_dir() -> Path:
+    """Where FAR keeps what outlives a run (model folders, fits, caches, the evaluation-only registry):
+    ``$FAR_DATA_DIR``, default ``~/.cache/far``."""
+    path = Path(os.environ.get("FAR_DATA_DIR", "~/.cache/far")).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _umask() -> int:
     """The process umask: read from /proc where there is one (setting it to read it races other threads)."""
     try:

@@ -17,15 +17,12 @@ from pathlib import Path
 from typing import Iterator
 
 from rollout.errors import FarInputError
+from rollout.io import data_dir  # noqa: F401  (re-exported: where models and fits are stored)
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MARKER = "far-export.json"
 
 
-def data_dir() -> Path:
-    path = Path(os.environ.get("FAR_DATA_DIR", "~/.cache/far")).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def offline() -> None:
