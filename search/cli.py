@@ -51,7 +51,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"engine": args.engine})
     suite = load_suite(loaded)
     fit_on = load_fit_suites(loaded)
-    check_fit_data(loaded, suite, fit_on, "evaluate")
+    check_fit_data(config.models, loaded.source, suite, fit_on, "evaluate")
     host = None
     judge_on_actor = "llm_judge" in config.verifier.members and config.verifier.llm_judge.actor
     if config.models.uses_actors() or judge_on_actor:
@@ -205,7 +205,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     suite = load_suite(loaded)
     fit_on = load_fit_suites(loaded)
-    check_fit_data(loaded, suite, fit_on, "search")
+    check_fit_data(config.models, loaded.source, suite, fit_on, "search")
 
     from cluster.hosting import RayHost, ensure_ray
     from cluster.rollout_pool import RolloutPool
@@ -400,7 +400,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                             field="models")
     suite = load_suite(loaded)
     fit_on = load_fit_suites(loaded)
-    check_fit_data(loaded, suite, fit_on, "calibrate")
+    check_fit_data(config.models, loaded.source, suite, fit_on, "calibrate")
     models = build_models(config.models, None, loaded.base_dir)
     started = time.perf_counter()
     calibration = calibrate(suite, models, args.folds, args.confidence, _progress, fit_on)

@@ -147,22 +147,27 @@ def load_suite(loaded: Loaded) -> Any:
 
 def load_fit_suites(loaded: Loaded) -> dict[str, Any]:
     """The suites that roles with ``fit_on`` are fitted on (role -> suite), built before any model loads."""
+    return fit_suites(loaded.config.models, loaded.base_dir, loaded.source)  # type: ignore[attr-defined]
+
+
+def fit_suites(models: Any, base_dir: Path | None, source: str | Path) -> dict[str, Any]:
+    """``load_fit_suites`` for a models section read from ``source`` (a run or serve config)."""
     from rollout.suites import build_suite
 
     suites = {}
-    for role, fit_on in loaded.config.models.fit_on().items():  # type: ignore[attr-defined]
+    for role, fit_on in models.fit_on().items():
         where = f"models.{role}.fit_on"
         try:
-            suites[role] = build_suite(fit_on.suite, loaded.base_dir)
+            suites[role] = build_suite(fit_on.suite, base_dir)
         except FarInputError as error:
-            raise FarInputError(error.message, file=error.file or loaded.source,
+            raise FarInputError(error.message, file=error.file or source,
                                 field=f"{where}.{error.field}" if error.field else where, row=error.row) from None
         if not suites[role].scenarios("train"):
-            raise FarInputError("the train split of the suite to fit on is empty", file=loaded.source, field=where)
+            raise FarInputError("the train split of the suite to fit on is empty", file=source, field=where)
     return suites
 
 
-def check_fit_data(loaded: Loaded, suite: Any, fit_on: dict[str, Any], purpose: str) -> None:
+def check_fit_data(models: Any, source: str | Path, suite: Any, fit_on: dict[str, Any], purpose: str) -> None:
     """Evaluation-only scenarios (``rollout.eval_only``: marked, or known by content) never shape anything,
     checked before any work: no ``fit_on`` suite may hold one in its train split, nor the evaluated suite's
     train split when something is chosen or fitted on it -- the policy (``purpose="search"``: the search ranks
@@ -171,9 +176,8 @@ def check_fit_data(loaded: Loaded, suite: Any, fit_on: dict[str, Any], purpose: 
     from rollout.models.backends import UNFITTED_BACKENDS
 
     for role, other in fit_on.items():
-        refuse_eval_only(other.scenarios("train"), f"fitting the {role} model (config {loaded.source})",
-                         file=getattr(other, "path", None) or loaded.source, field=f"models.{role}.fit_on")
-    models = loaded.config.models  # type: ignore[attr-defined]
+        refuse_eval_only(other.scenarios("train"), f"fitting the {role} model (config {source})",
+                         file=getattr(other, "path", None) or source, field=f"models.{role}.fit_on")
     fitted_here = [role for role in ("edge", "cloud")
                    if role not in fit_on and getattr(models, role).backend not in UNFITTED_BACKENDS]
     uses = {"search": "choosing the policy (the search ranks policies on train)",
@@ -181,8 +185,8 @@ def check_fit_data(loaded: Loaded, suite: Any, fit_on: dict[str, Any], purpose: 
     if uses is None and fitted_here:
         uses = f"fitting the {' and '.join(fitted_here)} model(s) (fit them on another suite with fit_on)"
     if uses is not None:
-        refuse_eval_only(suite.scenarios("train"), f"{uses} (config {loaded.source})",
-                         file=getattr(suite, "path", None) or loaded.source, field="suite")
+        refuse_eval_only(suite.scenarios("train"), f"{uses} (config {source})",
+                         file=getattr(suite, "path", None) or source, field="suite")
 
 
 def check_suite(suite: Any, loaded: Loaded, gate: Any) -> None:

@@ -28,6 +28,7 @@ from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from ray import serve
 
+from rollout.errors import FarInputError
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from serve.schemas import (
@@ -66,6 +67,28 @@ class UnknownSuite(KeyError):
     pass
 
 
+def serve_suite(config: ServeConfig, name: str, base_dir: Path | None) -> Any:
+    from rollout.suites import build_suite
+
+    return build_suite(config.suites[name], base_dir)
+
+
+def check_suites(config: ServeConfig, base_dir: Path | None, source: str | Path) -> None:
+    """At start-up, before Ray: every configured suite builds, and no model is fitted on evaluation-only data
+    (the learned models fit on each suite's train split, or on ``fit_on``)."""
+    from search.config import check_fit_data, fit_suites
+
+    fit_on = fit_suites(config.models, base_dir, source)
+    for name in config.suites:
+        try:
+            suite = serve_suite(config, name, base_dir)
+        except FarInputError as error:
+            raise FarInputError(error.message, file=error.file or source,
+                                field=f"suites.{name}.{error.field}" if error.field else f"suites.{name}",
+                                row=error.row) from None
+        check_fit_data(config.models, source, suite, fit_on, "evaluate")
+
+
 class PolicyScorer:
     """Scores a policy on a configured suite's split; suites, recorded model outputs and the verifier are
     built on first use and kept. Long scorings run as jobs on a worker thread."""
@@ -84,8 +107,7 @@ class PolicyScorer:
         with self._lock:
             if suite_name not in self._evaluators:
                 from rollout.models.backends import build_models
-                from rollout.suites import build_suite
-                from search.config import RunConfig, make_verifier
+                from search.config import RunConfig, fit_suites, make_verifier
                 from search.evaluate import Evaluator
                 from verifiers.taxonomy import parse_reward_table
 
@@ -94,9 +116,10 @@ class PolicyScorer:
                                 costs=config.costs, gate=config.gate, verifier=config.verifier)
                 table = parse_reward_table(config.rewards)
                 self._evaluators[suite_name] = Evaluator(
-                    build_suite(config.suites[suite_name], self.base_dir),
+                    serve_suite(config, suite_name, self.base_dir),
                     build_models(config.models, base_dir=self.base_dir),
-                    make_verifier(run, table), config.costs, confidence=config.gate.confidence)
+                    make_verifier(run, table), config.costs, confidence=config.gate.confidence,
+                    fit_on=fit_suites(config.models, self.base_dir, "serve config"))
             return self._evaluators[suite_name]
 
     def size(self, request: ScorePolicyRequest) -> int:

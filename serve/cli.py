@@ -26,6 +26,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if config.token_required() and not token:
         raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
                             f"${config.auth.token_env}", file=args.config, field="auth.token_env")
+    from pathlib import Path
+
+    from serve.app import check_suites
+
+    check_suites(config, Path(args.config).resolve().parent, args.config)
     from ray import serve
 
     from cluster.hosting import ensure_ray
@@ -33,8 +38,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     ensure_ray(args.address)
     serve.start(http_options={"host": config.host, "port": config.port})
-    from pathlib import Path
-
     try:  # Ctrl-C at any point from here, starting up included, stops the app cleanly
         serve.run(build_app(config, token if config.token_required() else None,
                             Path(args.config).resolve().parent), name="far", route_prefix="/")

@@ -218,3 +218,36 @@ def test_far_serve_command_serves_until_interrupted(tmp_path):
         process.send_signal(signal.SIGINT)
         process.wait(timeout=60)
     assert process.returncode == 0
+
+
+def test_far_serve_refuses_to_fit_on_evaluation_only_data_before_ray(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from rollout.scenario import save_scenarios
+    from rollout.suites import build_suite
+
+    scenarios = [*build_suite(SUITE).scenarios("train"), *build_suite(SUITE).scenarios("holdout")]
+    save_scenarios(tmp_path / "private.parquet", [s.model_copy(update={"eval_only": True}) for s in scenarios])
+    suites = {"private": {"name": "parquet", "path": "private.parquet"}}
+    learned = {"edge": {"backend": "embedding"}, "cloud": {"backend": "oracle"}, "user": {"backend": "approves"}}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    config = tmp_path / "learned.yaml"
+    config.write_text(yaml.safe_dump({"port": free_port(), "suites": suites, "models": learned}))
+    started = time.time()
+    run = subprocess.run([sys.executable, "-m", "serve", "serve", str(config), "--once"], capture_output=True,
+                         text=True, env=env, timeout=300, cwd=tmp_path)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-1500:]
+    assert "evaluation-only" in run.stderr and "private.parquet" in run.stderr
+    assert "Ray" not in run.stderr and time.time() - started < 60
+    # fitted on another suite (fit_on), serving the evaluation-only suite is what it is for
+    from serve.app import check_suites
+    from serve.schemas import load_serve_config
+
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text(yaml.safe_dump({"suites": suites, "models": {
+        **learned, "edge": {"backend": "embedding", "fit_on": {"suite": SUITE}}}}))
+    check_suites(load_serve_config(elsewhere), tmp_path, elsewhere)
