@@ -69,6 +69,8 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
 
 
 def main() -> None:
+    from rollout.io import write_json_atomic
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--suites", default="banking,slack")
     parser.add_argument("--attacks", default=",".join(ATTACKS))
@@ -81,10 +83,7 @@ def main() -> None:
     for split_by in args.splits.split(","):
         results[f"{args.version}/{split_by}"] = run_split(split_by, args.suites.split(","), args.attacks.split(","),
                                                           args.version)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(results, indent=2, default=str))
-        tmp.replace(out)  # after each split: a long run keeps what it measured
+        write_json_atomic(out, results)  # after each split: a long run keeps what it measured
     print(f"wrote {out}")
 
 

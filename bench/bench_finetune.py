@@ -110,6 +110,8 @@ def train_and_score(name: str, train, holdouts: dict, epochs: int) -> list[dict]
 
 
 def main() -> None:
+    from rollout.io import write_json_atomic
+
     parser = argparse.ArgumentParser()
     parser.add_argument("models", nargs="*", default=["minilm", "smollm2"])
     parser.add_argument("--agentdojo", default="banking,slack")
@@ -128,10 +130,7 @@ def main() -> None:
             results = json.loads(out.read_text()) if out.exists() else {}
             section = results.setdefault("finetune", {})
             section[f"{name}/{fit_on}"] = rows
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(results, indent=2, default=str))
-            tmp.replace(out)  # after each model: a long run keeps what it measured
+            write_json_atomic(out, results)  # after each model: a long run keeps what it measured
     print(f"wrote {out}")
 
 

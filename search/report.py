@@ -90,8 +90,9 @@ def attack_rows(breakdown: Sequence[dict], policy: str, split: str) -> list[dict
     for (suite, attack), (n, asr, utility) in sorted(table.items(), key=lambda item: (item[0][1], item[0][0] == "all",
                                                                                      item[0][0])):
         benign_n, benign_done = all_benign if suite == "all" else benign.get(suite, (0, 0.0))
-        out.append({"suite": suite, "attack": attack, "injected": n, "asr": asr / n, "utility_under_attack": utility / n,
-                    "benign": benign_n, "benign_utility": benign_done / benign_n if benign_n else None})
+        out.append({"suite": suite, "attack": attack, "injected": n, "asr": asr / n,
+                    "utility_under_attack": utility / n, "benign": benign_n,
+                    "benign_utility": benign_done / benign_n if benign_n else None})
     return out
 
 

@@ -215,7 +215,8 @@ def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], N
             report["holdout_user_tasks"][name] = sorted(holdout_users)
         if progress is not None:
             progress(f"  agentdojo {name} {config.version}: {len(user_tasks)} user tasks x {len(scriptable)} injection "
-                     f"tasks x {len(attacks)} attack(s) (excluded, empty ground truth: {', '.join(excluded) or 'none'})")
+                     f"tasks x {len(attacks)} attack(s) (excluded, empty ground truth: "
+                     f"{', '.join(excluded) or 'none'})")
         for user_task in user_tasks:
             plan = user_task.ground_truth(user_task.init_environment(default_env.model_copy(deep=True)))
             first = to_tool_action(plan[0].function, plan[0].args) if plan else ToolAction(tool="(answer)")
