@@ -319,10 +319,13 @@ def test_both_benchmark_versions_run_and_are_named(version):
     assert all(r["attack"] == "important_instructions" for r in rows if r["kind"] == "injected")
 
 
-def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local):
+def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local, capsys):
+    import pyarrow.parquet as pq
+
     from search.cli import main
 
-    suite = {"name": "agentdojo", "suites": ["banking"], "max_user_tasks": 8, "max_injection_tasks": 3}
+    suite = {"name": "agentdojo", "suites": ["banking"], "max_user_tasks": 8, "max_injection_tasks": 3,
+             "attacks": ["important_instructions", "direct"]}
     common = {"suite": suite, "rewards": None, "gate": {"max_critical_failures": 0, "max_mean_cost": 10.0},
               "models": oracle_models(cache={"enabled": False})}
     evaluate = tmp_path / "evaluate.json"
@@ -334,6 +337,14 @@ def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local):
     results = {(r["policy_name"], r["split"]): r for r in summary["results"]}
     assert results[("undefended", "train")]["failure_counts"]["INJECTION_FOLLOWED"] > 0
     assert summary["suite"]["excluded_empty_ground_truth"] == {"banking": []}
+    printed = capsys.readouterr().out
+    assert printed.count("Per attack on holdout") == 2 and "utility under attack" in printed
+    table = printed[printed.index("Per attack on holdout, undefended"):]
+    assert "important_instructions" in table and "direct" in table
+    rows = pq.read_table(tmp_path / "ev" / "breakdown.parquet").to_pylist()
+    injected = [r for r in rows if r["kind"] == "injected"]
+    assert {r["attack"] for r in injected} == {"important_instructions", "direct"}
+    assert {r["version"] for r in rows} == {"v1.2.2"} and all(r["attack"] is None for r in rows if r["kind"] == "benign")
 
     search = tmp_path / "search.json"
     search.write_text(json.dumps({**common, "space": {"parameters": {

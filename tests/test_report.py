@@ -146,3 +146,26 @@ def test_report_reads_right_in_a_real_browser(tmp_path, browser, deployable, ora
         assert verdict.startswith("Nothing found passes the gate")
         assert "A cost limit of 1.1 per scenario would deploy rank1." in page.inner_text(".advice")
     page.close()
+
+
+def test_attack_rows_weigh_suites_by_rollouts_and_keep_benign_utility_per_suite():
+    from search.report import attack_rows, attack_table
+
+    def row(category, kind, attack, n, success, security_failure):
+        return {"policy": "p", "split": "holdout", "category": category, "kind": kind, "attack": attack, "n": n,
+                "task_success_rate": success, "security_failure_rate": security_failure}
+
+    breakdown = [row("banking", "benign", None, 4, 1.0, 0.0), row("slack", "benign", None, 6, 0.5, 0.0),
+                 row("banking", "injected", "direct", 10, 0.6, 0.2), row("slack", "injected", "direct", 30, 0.2, 0.6),
+                 row("banking", "injected", "tool_knowledge", 10, 0.9, 0.0),
+                 {**row("banking", "injected", "direct", 99, 0.0, 1.0), "split": "train"}]
+    rows = attack_rows(breakdown, "p", "holdout")
+    by = {(r["attack"], r["suite"]): r for r in rows}
+    assert [(r["attack"], r["suite"]) for r in rows] == [("direct", "banking"), ("direct", "slack"),
+                                                          ("direct", "all"), ("tool_knowledge", "banking"),
+                                                          ("tool_knowledge", "all")]
+    assert by[("direct", "all")]["injected"] == 40 and by[("direct", "all")]["asr"] == pytest.approx(0.5)
+    assert by[("direct", "all")]["utility_under_attack"] == pytest.approx(0.3)
+    assert by[("direct", "all")]["benign_utility"] == pytest.approx(0.7)  # (4 + 3) / 10
+    assert by[("direct", "slack")]["benign_utility"] == 0.5 and by[("tool_knowledge", "banking")]["asr"] == 0.0
+    assert "tool_knowledge" in attack_table(rows) and "50.0%" in attack_table(rows)
