@@ -53,6 +53,8 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_evolve.py
 	$(BIN)/python bench/bench_real.py
+	$(BIN)/python bench/bench_finetune.py minilm
+	$(BIN)/python bench/bench_attacks.py
 
 clean:
 	rm -rf $(VENV) results bench/out .pytest_cache .hypothesis
