@@ -20,7 +20,6 @@ import json
 import logging
 import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -98,8 +97,13 @@ class PolicyScorer:
         self.base_dir = base_dir
         self._evaluators: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="far-policy")
-        self.jobs: dict[str, JobStatus] = {}
+        from serve.jobs import JobStore, JobWorker
+
+        jobs = config.jobs
+        self.store = JobStore(config.jobs_database(base_dir), lease_s=jobs.lease_s, max_attempts=jobs.max_attempts)
+        # this replica's worker: runs its own submissions, and any job a stopped replica left behind
+        self.worker = JobWorker(self.store, self._run, owner=uuid.uuid4().hex, retention_s=jobs.retention_s,
+                                max_jobs=jobs.max_jobs, describe_error=_job_error).start()
 
     def evaluator(self, suite_name: str):
         if suite_name not in self.config.suites:
@@ -145,22 +149,26 @@ class PolicyScorer:
                        self.config.gate)
         return PolicyScore(suite=request.suite, result=result, gate=verdict.to_dict())
 
+    def _run(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.score(ScorePolicyRequest.model_validate(request)).model_dump(mode="json")
+
     def submit(self, request: ScorePolicyRequest) -> JobStatus:
-        job = JobStatus(job_id=uuid.uuid4().hex, status="pending")
-        self.jobs[job.job_id] = job
+        record = self.store.create(uuid.uuid4().hex, request.model_dump(mode="json"))
+        self.worker.notify()
+        return JobStatus.model_validate(self.store.as_dict(record))
 
-        def run() -> None:
-            self.jobs[job.job_id] = job.model_copy(update={"status": "running"})
-            try:
-                result = self.score(request)
-                self.jobs[job.job_id] = job.model_copy(update={"status": "done", "result": result})
-            except Exception as error:  # reported as a status, never as a trace
-                logger.error("policy job %s failed: %s", job.job_id, type(error).__name__)
-                self.jobs[job.job_id] = job.model_copy(update={"status": "failed",
-                                                               "error": type(error).__name__})
+    def job(self, job_id: str) -> JobStatus | None:
+        record = self.store.get(job_id)
+        return JobStatus.model_validate(self.store.as_dict(record)) if record is not None else None
 
-        self._executor.submit(run)
-        return job
+
+def _job_error(error: BaseException) -> str:
+    """A failed job's reason: what was wrong with the input, else only the error's class (no trace, no detail
+    that could carry a secret)."""
+    if isinstance(error, FarInputError):
+        return f"invalid input: {error}"[:300]
+    logger.error("policy job failed: %s", type(error).__name__)
+    return f"internal error ({type(error).__name__})"
 
 
 class Guard:
@@ -285,7 +293,7 @@ def create_api(backend_of: Any) -> FastAPI:
 
     @api.get("/v1/jobs/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown job"}})
     async def job_status(job_id: str) -> JobStatus:
-        job = backend_of().policy_scorer().jobs.get(job_id)
+        job = await asyncio.to_thread(backend_of().policy_scorer().job, job_id)
         if job is None:
             raise HTTPException(404, "unknown job")
         return job

@@ -5,7 +5,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rollout.agent import Costs
 from rollout.models.backends import ModelsConfig
@@ -27,6 +27,27 @@ class AuthConfig(BaseModel):
     require_on_loopback: bool = Field(False, description="also require the token on 127.0.0.1 / ::1")
 
 
+class JobsConfig(BaseModel):
+    """Where policy-scoring jobs are kept (``serve.jobs``) and for how long."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    database: str | None = Field(None, description="a SQLite file path or sqlite:///PATH URL (relative: to the "
+                                 "config's folder); default <output>/jobs.sqlite")
+    retention_s: float = Field(7 * 86400.0, ge=0, allow_inf_nan=False, description="finished jobs kept this long")
+    max_jobs: int = Field(10_000, ge=1, description="finished jobs beyond this many are pruned, oldest first")
+    lease_s: float = Field(30.0, gt=0, allow_inf_nan=False, description="a running job whose replica has not "
+                           "renewed it for this long is taken up by another replica")
+    max_attempts: int = Field(3, ge=1, description="a job whose replica stopped this many times is failed")
+
+    @field_validator("database")
+    @classmethod
+    def _sqlite_only(cls, database: str | None) -> str | None:
+        if database and "://" in database and not database.startswith("sqlite:///"):
+            raise ValueError(f"{database.split('://')[0]}:// is not supported: give a SQLite file path or a "
+                             "sqlite:///PATH URL")
+        return database
+
+
 class ServeConfig(BaseModel):
     """``far serve CONFIG.yaml``: where to listen, the verifier ensemble, and the suites policies are scored on."""
 
@@ -43,6 +64,9 @@ class ServeConfig(BaseModel):
     models: ModelsConfig = ModelsConfig()
     suites: dict[str, SuiteSpec] = Field(default_factory=lambda: {"edge_cloud": SuiteSpec(name="edge_cloud")})
     replicas: int = Field(1, ge=1, description="replicas per deployment")
+    output: str = Field("results/serve", description="the service's folder (relative: to the config's folder): "
+                        "the job database")
+    jobs: JobsConfig = JobsConfig()
     topology: Literal["deployments", "ingress"] = Field(
         "deployments", description="deployments: one Serve deployment per verifier and one composing them; "
         "ingress: the ensemble runs inside the ingress replicas (fewer hops; see BENCHMARKS.md)")
@@ -64,6 +88,15 @@ class ServeConfig(BaseModel):
 
     def token_required(self) -> bool:
         return not self.loopback() or self.auth.require_on_loopback
+
+    def jobs_database(self, base_dir: Path | None) -> Path:
+        """The job database's file: ``jobs.database``, else ``<output>/jobs.sqlite``; relative to ``base_dir``
+        (the config's folder)."""
+        if self.jobs.database:
+            path = Path(self.jobs.database.removeprefix("sqlite:///")).expanduser()
+        else:
+            path = Path(self.output).expanduser() / "jobs.sqlite"
+        return path if path.is_absolute() else (base_dir or Path.cwd()) / path
 
 
 class ScoreTrajectoryRequest(BaseModel):
@@ -128,9 +161,12 @@ class PolicyScore(BaseModel):
 
 class JobStatus(BaseModel):
     job_id: str
-    status: Literal["pending", "running", "done", "failed"]
+    status: Literal["queued", "running", "done", "failed"]
     result: PolicyScore | None = None
-    error: str | None = None
+    error: str | None = None  # why it failed
+    created: float | None = None  # Unix seconds
+    updated: float | None = None
+    attempts: int = 0  # times a replica took it up (more than one: a replica running it stopped)
 
 
 class SuiteInfo(BaseModel):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import tempfile
 import time
 
 import pytest
@@ -23,6 +24,7 @@ from verifiers.taxonomy import RewardTable
 
 SUITE = {"name": "edge_cloud", "seed": 5, "size": 120}
 CONFIG = ServeConfig(suites={"small": SUITE}, sync_limit=1000, max_body_bytes=200_000,
+                     output=tempfile.mkdtemp(prefix="far-serve-tests-"),  # the job database
                      verifier=EnsembleConfig(members=("rules", "environment"), aggregation="min"),
                      models=ModelsConfig.model_validate(oracle_models(cache={"enabled": False})))
 TOKEN = "s3cret-token-for-tests"
