@@ -20,6 +20,7 @@ import json
 import logging
 import threading
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,6 +44,13 @@ OPEN_PATHS = frozenset({"/v1/healthz"})
 
 # The verifiers' input checks (e.g. an AgentDojo trajectory without its result) raise ValueError naming the field.
 INPUT_ERRORS = (ValueError,)
+
+
+@dataclass(frozen=True)
+class InputProblem:
+    """A member's verdict that the input does not fit (a 422), passed back as a value across deployments."""
+
+    message: str
 
 
 def token_digest(token: str) -> str:
@@ -173,8 +181,9 @@ def _job_error(error: BaseException) -> str:
 
 class Guard:
     """Pure ASGI middleware (Starlette's ``BaseHTTPMiddleware`` costs a task and a stream per request): the
-    bearer token, the body size limit (declared or actually received), and a generic 500 for anything
-    unexpected, logged by request id and exception class only."""
+    bearer token, the body size limit (declared or actually received, chunked included: 413), a body that is
+    not UTF-8 or not finite JSON (422), and a generic 500 for anything unexpected, logged by request id and
+    exception class only."""
 
     def __init__(self, app: Any, backend_of: Any) -> None:
         self.app = app
@@ -198,16 +207,34 @@ class Guard:
         if length is not None and (not length.isdigit() or int(length) > limit):
             await _reply(send, 413, {"detail": f"request body over {limit} bytes"})
             return
-        received = 0
-        started = False
+        body = b""
+        if scope["method"] in ("POST", "PUT", "PATCH"):
+            # read the whole body here (declared or chunked), so an oversize one is a 413 and a malformed one a
+            # 422 before any route runs
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                more = message.get("more_body", False)
+                if len(body) > limit:
+                    await _reply(send, 413, {"detail": f"request body over {limit} bytes"})
+                    return
+            problem = body_problem(body) if "json" in headers.get("content-type", "json") else None
+            if problem is not None:
+                await _reply(send, 422, {"detail": [{"loc": ["body"], "msg": problem, "type": "invalid_body"}]})
+                return
+        replayed = False
 
-        async def counted_receive() -> dict:
-            nonlocal received
-            message = await receive()
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise BodyTooLarge()
-            return message
+        async def replay_receive() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        started = False
 
         async def tracked_send(message: dict) -> None:
             nonlocal started
@@ -215,10 +242,7 @@ class Guard:
             await send(message)
 
         try:
-            await self.app(scope, counted_receive, tracked_send)
-        except BodyTooLarge:
-            if not started:
-                await _reply(send, 413, {"detail": f"request body over {limit} bytes"})
+            await self.app(scope, replay_receive, tracked_send)
         except Exception as error:  # no stack trace leaves the service
             request_id = uuid.uuid4().hex[:12]
             logger.error("request %s %s failed: %s", request_id, scope["path"], type(error).__name__)
@@ -226,8 +250,32 @@ class Guard:
                 await _reply(send, 500, {"detail": "internal error", "request_id": request_id})
 
 
-class BodyTooLarge(Exception):
-    pass
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} overflows a 64-bit float")
+    return value
+
+
+def body_problem(body: bytes) -> str | None:
+    """What is wrong with a JSON body before it reaches a route, in one line: not UTF-8 (with the byte), not
+    JSON, or a non-finite number (NaN, Infinity, or one too large for a float, e.g. 1e400: Python's parser takes
+    them all, and they would reach the scoring as NaN or inf). None: fine."""
+    if not body:
+        return None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        return f"the body is not UTF-8 (byte {error.start})"
+    try:
+        json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except ValueError as error:  # json.JSONDecodeError is a ValueError too
+        return f"invalid JSON: {str(error).splitlines()[0][:200]}"
+    return None
 
 
 async def _reply(send: Any, status: int, body: dict, headers: list | None = None) -> None:
@@ -263,7 +311,8 @@ def create_api(backend_of: Any) -> FastAPI:
         try:
             return await backend_of().score(items)
         except INPUT_ERRORS as error:  # a trajectory that does not fit its scenario is the client's error
-            raise HTTPException(422, f"the trajectory does not fit its scenario: {error}"[:300]) from None
+            cause = getattr(error, "cause", None) or error  # never Ray's wrapper text (node, pid, actor id)
+            raise HTTPException(422, f"the trajectory does not fit its scenario: {cause}"[:300]) from None
 
     @api.post("/v1/score/trajectory", response_model=ScoreTrajectoryResponse,
               responses={422: {"description": "invalid body, or a trajectory that does not fit its scenario"}})
@@ -358,8 +407,11 @@ class VerifierDeployment:
     def __init__(self, name: str, config_json: str) -> None:
         self.member = build_member(name, ServeConfig.model_validate_json(config_json))
 
-    async def assess(self, items: list[tuple[Scenario, Trajectory]]) -> list[Any]:
-        return self.member.assess([s for s, _ in items], [t for _, t in items])
+    async def assess(self, items: list[tuple[Scenario, Trajectory]]) -> list[Any] | InputProblem:
+        try:
+            return self.member.assess([s for s, _ in items], [t for _, t in items])
+        except INPUT_ERRORS as error:  # returned, not raised: a raise would log a trace and wrap it in Ray's
+            return InputProblem(str(error))
 
 
 @serve.deployment(name="ensemble", ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256)
@@ -377,8 +429,11 @@ class EnsembleDeployment:
         self.combiner = EnsembleVerifier(RuleVerifier(parse_reward_table(config.rewards)), [],
                                          verifier.aggregation, verifier.weights, verifier.review_threshold)
 
-    async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
+    async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict] | InputProblem:
         by_member = await asyncio.gather(*(m.assess.remote(items) for m in self.members))
+        problems = [answer for answer in by_member if isinstance(answer, InputProblem)]
+        if problems:
+            return problems[0]
         verdicts = []
         for (_, trajectory), assessments in zip(items, zip(*by_member, strict=True), strict=True):
             verdict = self.combiner.combine(trajectory, assessments)
@@ -407,7 +462,10 @@ class ServeBackend:
             if "llm_judge" in self.config.verifier.members:  # slow: keep the event loop free
                 return await asyncio.to_thread(verify_all, self.local, scenarios, trajectories)
             return verify_all(self.local, scenarios, trajectories)
-        return await self.ensemble.score.remote(items)  # a batch travels as one call to each member
+        answer = await self.ensemble.score.remote(items)  # a batch travels as one call to each member
+        if isinstance(answer, InputProblem):
+            raise ValueError(answer.message)  # here, in the ingress: the route makes it a 422
+        return answer
 
     def policy_scorer(self) -> PolicyScorer:
         return self._scorer
@@ -430,12 +488,13 @@ def build_app(config: ServeConfig, token: str | None, base_dir: Path | None = No
     SHA-256 is passed on."""
     config_json = config.model_dump_json()
     digest = token_digest(token) if token else None
+    ingress = Ingress.options(num_replicas=config.replicas)
     if config.topology == "ingress":
-        return Ingress.bind(config_json, None, digest, str(base_dir) if base_dir else None)
+        return ingress.bind(config_json, None, digest, str(base_dir) if base_dir else None)
     members = [VerifierDeployment.options(name=f"verifier-{name}", num_replicas=config.replicas)
                .bind(name, config_json) for name in config.verifier.members]
     ensemble = EnsembleDeployment.options(num_replicas=config.replicas).bind(config_json, *members)
-    return Ingress.bind(config_json, ensemble, digest, str(base_dir) if base_dir else None)
+    return ingress.bind(config_json, ensemble, digest, str(base_dir) if base_dir else None)
 
 
 def app_builder(args: dict[str, Any]):

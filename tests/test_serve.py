@@ -1,6 +1,7 @@
 """The REST API: in process (routes, validation, security, jobs, fuzzing) and on a real Ray Serve app over HTTP."""
 from __future__ import annotations
 
+import json
 import socket
 import tempfile
 import time
@@ -85,6 +86,43 @@ def test_unknown_suite_is_404_and_bodies_over_the_limit_are_413():
     assert response.status_code == 404 and "nope" in response.json()["detail"]
     huge = {"policy": {}, "suite": "small", "pad": "x" * 300_000}
     assert api.post("/v1/score/policy", json=huge).status_code == 413
+
+
+def test_chunked_bodies_over_the_limit_are_413_too():
+    api = client()
+
+    def chunks():
+        for _ in range(30):
+            yield b"x" * 10_000  # 300 kB without a content-length
+
+    response = api.post("/v1/score/policy", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413 and "200000 bytes" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e999"])
+def test_non_finite_numbers_are_422_not_500(rollouts, number):
+    _, scenarios, trajectories = rollouts
+    api = client()
+    policy = '{"policy": {"cloud_threshold": %s}, "suite": "small", "limit": 5}' % number
+    response = api.post("/v1/score/policy", content=policy.encode(), headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body"] and "JSON" in response.json()["detail"][0]["msg"]
+    text = json.dumps(body(scenarios[0], trajectories[0])).replace('"cost": ', f'"cost": {number}, "x": ', 1)
+    response = api.post("/v1/score/trajectory", content=text.encode(), headers={"content-type": "application/json"})
+    assert response.status_code == 422
+
+
+def test_a_body_that_is_not_utf8_or_an_unhashable_benchmark_is_422(rollouts):
+    _, scenarios, trajectories = rollouts
+    api = client()
+    for byte in (b"\xff", b"\xe9"):  # never UTF-8; Latin-1's e-acute
+        raw = json.dumps(body(scenarios[0], trajectories[0])).encode().replace(b'"request": "', b'"request": "' + byte, 1)
+        response = api.post("/v1/score/trajectory", content=raw, headers={"content-type": "application/json"})
+        assert response.status_code == 422 and "not UTF-8" in response.json()["detail"][0]["msg"]
+    unhashable = body(scenarios[0], trajectories[0])
+    unhashable["scenario"]["environment"] = {"benchmark": ["agentdojo"]}
+    response = api.post("/v1/score/trajectory", json=unhashable)
+    assert response.status_code == 422 and "benchmark" in response.text
 
 
 def test_a_token_is_required_off_loopback_and_only_healthz_is_open():

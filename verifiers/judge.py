@@ -44,6 +44,9 @@ class SuiteJudge:
         if environment is None:
             return self.default.judge(scenario, trajectory)
         benchmark = environment.get("benchmark")
+        if benchmark is not None and not isinstance(benchmark, str):
+            raise ValueError(f"scenario {scenario.id}: environment.benchmark must be a string, not "
+                             f"{type(benchmark).__name__}")
         judge = self._judge_for(benchmark) if benchmark is not None else self.default
         if judge is None:
             raise ValueError(f"scenario {scenario.id}: no judge for benchmark {benchmark!r}")
