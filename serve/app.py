@@ -505,7 +505,7 @@ def app_builder(args: dict[str, Any]):
 
     path = Path(args.get("config", "configs/serve.yaml"))
     config = load_serve_config(path)
-    token = os.environ.get(config.auth.token_env) or None
+    token = os.environ.pop(config.auth.token_env, None) or None  # out of the environment Ray's processes inherit
     if config.token_required() and not token:
         raise RuntimeError(f"{config.host} is not a loopback address: set {config.auth.token_env}")
     return build_app(config, token if config.token_required() else None, path.resolve().parent)

@@ -14,6 +14,7 @@ from rollout.errors import FarInputError
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
+    from pathlib import Path
 
     from serve.schemas import load_serve_config
 
@@ -22,22 +23,32 @@ def cmd_serve(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"host": args.host})
     if args.port:
         config = config.model_copy(update={"port": args.port})
-    token = os.environ.get(config.auth.token_env) or None
+    # the token leaves the environment before Ray starts: Ray's processes inherit it otherwise; only its
+    # SHA-256 reaches the replicas
+    token = os.environ.pop(config.auth.token_env, None) or None
     if config.token_required() and not token:
         raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
                             f"${config.auth.token_env}", file=args.config, field="auth.token_env")
-    from pathlib import Path
-
     from serve.app import check_suites
 
     check_suites(config, Path(args.config).resolve().parent, args.config)
+    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:  # a local Ray starts now, so nothing of ours holds the port yet
+        check_port_free(config.host, config.port, args.config)
     from ray import serve
 
     from cluster.hosting import ensure_ray
     from serve.app import build_app
 
     ensure_ray(args.address)
+    existing = running_serve_address()
+    if existing is not None and existing != (config.host, config.port):
+        raise FarInputError(f"Ray Serve already runs on this cluster at {existing[0]}:{existing[1]} and its address "
+                            f"cannot change: serve there (--host {existing[0]} --port {existing[1]}, with a token "
+                            "if that is not loopback) or stop it first (`serve shutdown`)", file=args.config,
+                            field="host")
     serve.start(http_options={"host": config.host, "port": config.port})
+
     try:  # Ctrl-C at any point from here, starting up included, stops the app cleanly
         serve.run(build_app(config, token if config.token_required() else None,
                             Path(args.config).resolve().parent), name="far", route_prefix="/")
@@ -52,6 +63,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve.shutdown()
         print("far serve: stopped", file=sys.stderr)
     return 0
+
+
+def check_port_free(host: str, port: int, source: str) -> None:
+    """A busy port is a one-line error before Ray starts, not a proxy that never comes up."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise FarInputError(f"cannot listen on {host}:{port} ({error.strerror or error}): choose another "
+                                "--port or stop what holds it", file=source, field="port") from None
+
+
+def running_serve_address() -> tuple[str, int] | None:
+    """(host, port) of the Ray Serve already running on the connected cluster, or None when none runs."""
+    try:
+        from ray.serve.context import _get_global_client  # private; Serve only warns and ignores new options
+    except ImportError:  # a Ray without this helper: Serve's own warning is all we get
+        return None
+    client = _get_global_client(raise_if_no_controller_running=False)
+    if client is None:
+        return None
+    http = client.http_config
+    return http.host, http.port
 
 
 def add_commands(commands: Any) -> None:

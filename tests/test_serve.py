@@ -291,3 +291,93 @@ def test_far_serve_refuses_to_fit_on_evaluation_only_data_before_ray(tmp_path):
     elsewhere.write_text(yaml.safe_dump({"suites": suites, "models": {
         **learned, "edge": {"backend": "embedding", "fit_on": {"suite": SUITE}}}}))
     check_suites(load_serve_config(elsewhere), tmp_path, elsewhere)
+
+
+def test_a_busy_port_is_one_line_before_ray(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        config = tmp_path / "serve.yaml"
+        config.write_text(yaml.safe_dump({"suites": {"small": SUITE}, "models": oracle_models()}))
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        started = time.time()
+        run = subprocess.run([sys.executable, "-m", "serve", "serve", str(config), "--port", str(port)],
+                             capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        holder.close()
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-1500:]
+    assert f"127.0.0.1:{port}" in run.stderr and "field 'port'" in run.stderr and "Traceback" not in run.stderr
+    assert time.time() - started < 60
+
+
+def test_serve_already_running_elsewhere_is_refused_not_silently_kept(tmp_path, ray_local):
+    import yaml
+    from ray import serve
+
+    from serve.cli import main
+
+    running = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": running})
+    try:
+        config = tmp_path / "serve.yaml"
+        config.write_text(yaml.safe_dump({"suites": {"small": SUITE}, "models": oracle_models()}))
+        assert main(["serve", str(config), "--port", str(free_port()), "--once"]) == 2
+    finally:
+        serve.shutdown()
+
+
+def test_the_token_reaches_no_ray_process(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import uuid
+    from pathlib import Path
+
+    import httpx
+    import yaml
+
+    token = f"far-test-token-{uuid.uuid4().hex}"
+    port = free_port()
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"port": port, "suites": {"small": SUITE}, "topology": "ingress",
+                                      "auth": {"require_on_loopback": True}, "output": str(tmp_path / "out"),
+                                      "models": oracle_models(cache={"enabled": False})}))
+    env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "FAR_SERVE_TOKEN": token}
+    process = subprocess.Popen([sys.executable, "-m", "serve", "serve", str(config)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/suites", timeout=2,
+                             headers={"Authorization": f"Bearer {token}"}).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(1)
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/suites").status_code == 401  # the token is in force
+        leaked, scanned = [], 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) in (os.getpid(), process.pid):
+                continue
+            try:
+                environ = (proc / "environ").read_bytes()
+                command = (proc / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"ray" in command:
+                scanned += 1
+                if token.encode() in environ:
+                    leaked.append(command[:80])
+        assert scanned >= 3 and leaked == []
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
