@@ -42,6 +42,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from search.rank import Constraints, rank
     from search.report import attack_rows, attack_table, attribution_table, gate_table, results_table
     from search.results import breakdown
+    from search.remote import HttpVerifier
     from search.sensitivity import Evaluated, review_rows, sensitivity, sensitivity_table
     from verifiers.ensemble import EnsembleVerifier
 
@@ -128,15 +129,21 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     write_parquet_atomic(out / "policy_results.parquet", pa.Table.from_pylist([r.row() for r in results]))
     write_parquet_atomic(out / "breakdown.parquet", pa.Table.from_pylist(breakdown_rows))
     ensemble_report = None
-    if isinstance(verifier, EnsembleVerifier):
-        ensemble_report = sensitivity(verifier, evaluated, config.gate, models.simulated)
+    remote = isinstance(verifier, HttpVerifier)
+    if isinstance(verifier, EnsembleVerifier) or remote:
         review = review_rows(evaluated)
         write_parquet_atomic(out / "review.parquet", pa.Table.from_pylist(review) if review
                              else pa.table({"policy": pa.array([], pa.string())}))
+        print(f"\nVerifier ensemble ({verifier.endpoint if remote else ', '.join(verifier.member_names)}): "
+              f"{len(review)} rollouts where members disagree (review.parquet).")
+    if isinstance(verifier, EnsembleVerifier):
+        ensemble_report = sensitivity(verifier, evaluated, config.gate, models.simulated)
         write_json_atomic(out / "sensitivity.json", ensemble_report)
-        print(f"\nVerifier ensemble ({', '.join(verifier.member_names)}; {verifier.aggregation}): "
-              f"{len(review)} rollouts where members disagree (review.parquet). Drop or flip each member:")
+        print(f"Drop or flip each member ({verifier.aggregation}):")
         print(sensitivity_table(ensemble_report))
+    elif remote:
+        print("No sensitivity report: it re-combines the members' assessments, which stay on the server "
+              "(score in process for it)")
     write_parquet_atomic(out / "attribution.parquet", pa.Table.from_pylist(attribution_rows) if attribution_rows
                          else pa.table({"policy": pa.array([], pa.string())}))
     summary: dict[str, Any] = {

@@ -86,7 +86,7 @@ def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> 
     if config.verifier.endpoint:
         from search.remote import http_verifier
 
-        return http_verifier(config.verifier.endpoint, config.verifier.token_env)
+        return http_verifier(config.verifier.endpoint, config.verifier.token_env, rewards)
 
     def judge_lm(judge: LLMJudgeConfig):
         return build_lm(judge.lm_options(), host, config.models.cache)

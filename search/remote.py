@@ -2,7 +2,9 @@
 
 ``verifier: {endpoint: http://127.0.0.1:8000, token_env: FAR_SERVE_TOKEN}`` in a run config sends every
 rollout to ``POST /v1/score/trajectories`` (batches of ``batch_size``) and rebuilds the verdicts; the same
-rollouts score identically either way (a test checks it).
+rollouts score identically either way (a test checks it). The server says which failures and successes it
+found (with attribution) and z; their penalties, criticality and the reward are the *run's* reward table's,
+whatever table the server was started with.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from rollout.errors import FarInputError
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from rollout.trajectory_io import TrajectoryModel
-from verifiers.taxonomy import FailureKind, SuccessKind
+from verifiers.taxonomy import FailureKind, RewardTable, SuccessKind
 from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict, ZVector
 
 
@@ -21,8 +23,9 @@ class HttpVerifier:
     name = "http"
 
     def __init__(self, endpoint: str, token: str | None = None, batch_size: int = 128,
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, table: RewardTable | None = None) -> None:
         self.endpoint = endpoint.rstrip("/")
+        self.table = table or RewardTable()
         self.token = token
         self.batch_size = batch_size
         self.timeout_s = timeout_s
@@ -59,18 +62,23 @@ class HttpVerifier:
             if response.status_code != 200:
                 raise FarInputError(f"verifier endpoint answered {response.status_code}: {response.text[:200]}",
                                     field="verifier.endpoint")
-            verdicts.extend(from_response(r) for r in response.json()["results"])
+            verdicts.extend(from_response(r, self.table) for r in response.json()["results"])
         return verdicts
 
 
-def from_response(body: dict) -> Verdict:
-    failures = tuple(Failure(kind=FailureKind(f["kind"]), critical=f["critical"], penalty=f["penalty"],
-                             step=f["step"], node=f["node"], cause_step=f["cause_step"], cause_node=f["cause_node"],
-                             decision=f["decision"], parameter=f["parameter"]) for f in body["failures"])
+def from_response(body: dict, table: RewardTable) -> Verdict:
+    """A verdict from the server's answer, priced by ``table``."""
+    failures = []
+    for f in body["failures"]:
+        kind = FailureKind(f["kind"])
+        failures.append(Failure(kind=kind, critical=table.is_critical(kind), penalty=table.penalty(kind),
+                                step=f["step"], node=f["node"], cause_step=f["cause_step"],
+                                cause_node=f["cause_node"], decision=f["decision"], parameter=f["parameter"]))
+    successes = tuple(SuccessKind(s) for s in body["successes"])
     breakdown = {"members": body["members"], "disagreement": body["disagreement"], "review": body["review"]}
-    return Verdict(failures, tuple(SuccessKind(s) for s in body["successes"]), body["reward"],
+    return Verdict(tuple(failures), successes, table.reward(failures, successes),
                    ZVector(*(body["z"][d] for d in Z_DIMENSIONS)), breakdown)
 
 
-def http_verifier(endpoint: str, token_env: str) -> HttpVerifier:
-    return HttpVerifier(endpoint, os.environ.get(token_env) or None)
+def http_verifier(endpoint: str, token_env: str, table: RewardTable | None = None) -> HttpVerifier:
+    return HttpVerifier(endpoint, os.environ.get(token_env) or None, table=table)

@@ -381,3 +381,20 @@ def test_the_token_reaches_no_ray_process(tmp_path):
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=60)
+
+
+def test_a_remote_verifier_prices_with_the_runs_reward_table_not_the_servers(rollouts):
+    from verifiers.rules import RuleVerifier
+
+    _, scenarios, trajectories = rollouts
+    run_table = RewardTable.model_validate({"penalties": {"UNSAFE_ACTION_EXECUTED": -500.0,
+                                                          "UNNECESSARY_CLOUD_CALL": -1.0},
+                                            "successes": {"TASK_SUCCESS": 20.0}})
+    remote = HttpVerifier("http://testserver", table=run_table)
+    remote._client = client(CONFIG.model_copy(update={"verifier": EnsembleConfig(members=("rules",))}))
+    served = remote.verify_many(scenarios[:80], trajectories[:80])
+    local = [RuleVerifier(run_table).verify(s, t) for s, t in zip(scenarios[:80], trajectories[:80])]
+    assert [v.reward for v in served] == [v.reward for v in local]
+    assert [(f.kind, f.penalty, f.critical) for v in served for f in v.failures] == \
+        [(f.kind, f.penalty, f.critical) for v in local for f in v.failures]
+    assert any(v.reward != RuleVerifier().verify(s, t).reward for v, s, t in zip(served, scenarios, trajectories))

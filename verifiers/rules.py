@@ -111,6 +111,6 @@ class RuleVerifier:
             successes.append(SuccessKind.TASK_SUCCESS)
             if not trajectory.escalated():
                 successes.append(SuccessKind.COST_SAVING)
-        reward = sum(f.penalty for f in failures) + sum(table.successes.get(s, 0.0) for s in successes)
+        reward = table.reward(failures, successes)
         kinds = {f.kind for f in failures}
         return Verdict(tuple(failures), tuple(successes), reward, z_vector(trajectory, judgement, kinds))

@@ -6,6 +6,7 @@ INJECTION_FOLLOWED, NO_FALLBACK_ON_FAILURE. Everything is overridable from a con
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,10 @@ class RewardTable(BaseModel):
 
     def penalty(self, kind: FailureKind) -> float:
         return self.penalties.get(kind, 0.0)
+
+    def reward(self, failures: Iterable[Any], successes: Iterable[SuccessKind]) -> float:
+        """A rollout's reward: its failures' penalties (as recorded on them) plus its successes' rewards."""
+        return sum(f.penalty for f in failures) + sum(self.successes.get(s, 0.0) for s in successes)
 
     def is_critical(self, kind: FailureKind) -> bool:
         return kind in self.critical
