@@ -291,8 +291,11 @@ async def _reply(send: Any, status: int, body: dict, headers: list | None = None
 def create_api(backend_of: Any) -> FastAPI:
     """The routes over a backend (``backend_of()`` returns it: in a Serve replica it is set at start). The
     token's digest and the body limit are read from the backend, so one module-level app serves any config."""
-    api = FastAPI(title="FAR", version="1.0", description="Failure-as-Reward: score agent trajectories and "
-                  "policies with FAR's verifier ensemble.")
+    from fastapi_offline import FastAPIOffline
+
+    # /docs loads Swagger UI's script and styles from the package (served here), so it works offline
+    api = FastAPIOffline(title="FAR", version="1.0", description="Failure-as-Reward: score agent trajectories "
+                         "and policies with FAR's verifier ensemble.")
 
     api.add_middleware(Guard, backend_of=backend_of)
 

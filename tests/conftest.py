@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("LANGSMITH_TRACING", "false")
@@ -75,3 +76,23 @@ def ray_local():
                  runtime_env={"env_vars": {"PYTHONPATH": str(__import__("pathlib").Path(__file__).parents[1])}})
     yield ray
     ray.shutdown()
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# `make test` (and so CI) installs Chromium and sets FAR_REQUIRE_BROWSER: there a missing browser fails the run
+NEEDS_BROWSER = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("FAR_REQUIRE_BROWSER"),
+                                   reason="needs the system Chromium (make test installs it)")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium through Playwright."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        # no sandbox (root); no background networking: this machine's closed network refuses those connections
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        yield launched
+        launched.close()

@@ -4,10 +4,9 @@ cost limit on the cost-vs-reward chart; deployable policies marked; a plain sent
 from __future__ import annotations
 
 import math
-import os
-import shutil
 
 import pytest
+from conftest import NEEDS_BROWSER
 
 from rollout.policy import Policy
 from search.gate import GateConfig, gate
@@ -17,10 +16,7 @@ from search.rank import Constraints, rank_key
 from search.results import PolicyResult
 from test_leaderboard import Trial  # a search trial as ranking and reports read it
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-# `make test` (and so CI) installs Chromium and sets FAR_REQUIRE_BROWSER: there a missing browser fails the run
-pytestmark = pytest.mark.skipif(CHROMIUM is None and not os.environ.get("FAR_REQUIRE_BROWSER"),
-                                reason="needs the system Chromium (make test installs it)")
+pytestmark = NEEDS_BROWSER
 
 
 def result(policy: Policy, split: str, critical: int, mean_cost: float, n: int = 1000) -> PolicyResult:
@@ -60,19 +56,6 @@ def make_report(tmp_path, deployable: bool, oracle: tuple[str, ...] = ()) -> tup
     path = tmp_path / "report.html"
     path.write_text(page)
     return path, trials, limits
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        # no sandbox (root); no background networking: this machine's closed network refuses those connections
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
-        yield launched
-        launched.close()
 
 
 CLIPPED_TEXT = """() => {
