@@ -12,6 +12,10 @@ from typing import Any
 from rollout.errors import FarInputError
 
 
+MIN_TOKEN_LENGTH = 32  # e.g. 32 random bytes, URL-safe base64: 43 characters
+MAKE_TOKEN = "make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
@@ -28,7 +32,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     token = os.environ.pop(config.auth.token_env, None) or None
     if config.token_required() and not token:
         raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
-                            f"${config.auth.token_env}", file=args.config, field="auth.token_env")
+                            f"${config.auth.token_env} ({MAKE_TOKEN})", file=args.config, field="auth.token_env")
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise FarInputError(f"the token in ${config.auth.token_env} has {len(token)} characters; use at least "
+                            f"{MIN_TOKEN_LENGTH} ({MAKE_TOKEN})", file=args.config, field="auth.token_env")
     from serve.app import check_suites
 
     check_suites(config, Path(args.config).resolve().parent, args.config)
