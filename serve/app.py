@@ -1,4 +1,5 @@
-"""FAR's REST API on Ray Serve: one deployment per verifier, the ensemble composing them, a FastAPI ingress.
+"""FAR's REST API on Ray Serve: a FastAPI ingress running the verifier ensemble (``topology: ingress``, the
+default), or one deployment per verifier and one composing them behind it (``topology: deployments``).
 
     far serve configs/serve.yaml                 # or: serve run serve/config.yaml
 

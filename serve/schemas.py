@@ -68,8 +68,9 @@ class ServeConfig(BaseModel):
                         "the job database")
     jobs: JobsConfig = JobsConfig()
     topology: Literal["deployments", "ingress"] = Field(
-        "deployments", description="deployments: one Serve deployment per verifier and one composing them; "
-        "ingress: the ensemble runs inside the ingress replicas (fewer hops; see BENCHMARKS.md)")
+        "ingress", description="ingress (the default: the fastest measured, BENCHMARKS.md): the ensemble runs "
+        "inside the ingress replicas; deployments: one Serve deployment per verifier and one composing them "
+        "(members scale on their own, e.g. an LLM judge on its own replicas)")
 
     @model_validator(mode="after")
     def _names(self) -> "ServeConfig":
