@@ -109,7 +109,7 @@ class PolicyScorer:
         from serve.jobs import JobStore, JobWorker
 
         jobs = config.jobs
-        self.store = JobStore(config.jobs_database(base_dir), lease_s=jobs.lease_s, max_attempts=jobs.max_attempts)
+        self.store = JobStore(config.jobs_database(), lease_s=jobs.lease_s, max_attempts=jobs.max_attempts)
         # this replica's worker: runs its own submissions, and any job a stopped replica left behind
         self.worker = JobWorker(self.store, self._run, owner=uuid.uuid4().hex, retention_s=jobs.retention_s,
                                 max_jobs=jobs.max_jobs, describe_error=_job_error).start()
@@ -508,7 +508,7 @@ def app_builder(args: dict[str, Any]):
     from serve.schemas import load_serve_config
 
     path = Path(args.get("config", "configs/serve.yaml"))
-    config = load_serve_config(path)
+    config = load_serve_config(path).with_absolute_paths()
     token = os.environ.pop(config.auth.token_env, None) or None  # out of the environment Ray's processes inherit
     if config.token_required() and not token:
         raise RuntimeError(f"{config.host} is not a loopback address: set {config.auth.token_env}")

@@ -22,7 +22,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from serve.schemas import load_serve_config
 
-    config = load_serve_config(args.config)
+    config = load_serve_config(args.config).with_absolute_paths()
     if args.host:
         config = config.model_copy(update={"host": args.host})
     if args.port:

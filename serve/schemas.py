@@ -32,7 +32,7 @@ class JobsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     database: str | None = Field(None, description="a SQLite file path or sqlite:///PATH URL (relative: to the "
-                                 "config's folder); default <output>/jobs.sqlite")
+                                 "working directory); default <output>/jobs.sqlite")
     retention_s: float = Field(7 * 86400.0, ge=0, allow_inf_nan=False, description="finished jobs kept this long")
     max_jobs: int = Field(10_000, ge=1, description="finished jobs beyond this many are pruned, oldest first")
     lease_s: float = Field(30.0, gt=0, allow_inf_nan=False, description="a running job whose replica has not "
@@ -64,7 +64,7 @@ class ServeConfig(BaseModel):
     models: ModelsConfig = ModelsConfig()
     suites: dict[str, SuiteSpec] = Field(default_factory=lambda: {"edge_cloud": SuiteSpec(name="edge_cloud")})
     replicas: int = Field(1, ge=1, description="replicas per deployment")
-    output: str = Field("results/serve", description="the service's folder (relative: to the config's folder): "
+    output: str = Field("results/serve", description="the service's folder (relative: to the working directory): "
                         "the job database")
     jobs: JobsConfig = JobsConfig()
     topology: Literal["deployments", "ingress"] = Field(
@@ -90,14 +90,19 @@ class ServeConfig(BaseModel):
     def token_required(self) -> bool:
         return not self.loopback() or self.auth.require_on_loopback
 
-    def jobs_database(self, base_dir: Path | None) -> Path:
-        """The job database's file: ``jobs.database``, else ``<output>/jobs.sqlite``; relative to ``base_dir``
-        (the config's folder)."""
+    def jobs_database(self, base: Path | None = None) -> Path:
+        """The job database's file: ``jobs.database``, else ``<output>/jobs.sqlite``; a relative one is taken
+        from ``base`` (default: the working directory, as every command's ``output``)."""
         if self.jobs.database:
             path = Path(self.jobs.database.removeprefix("sqlite:///")).expanduser()
         else:
             path = Path(self.output).expanduser() / "jobs.sqlite"
-        return path if path.is_absolute() else (base_dir or Path.cwd()) / path
+        return path if path.is_absolute() else (base or Path.cwd()) / path
+
+    def with_absolute_paths(self) -> "ServeConfig":
+        """This config with the job database fixed to an absolute path: the replicas run elsewhere (their working
+        directory is Ray's), so the command that starts them resolves it."""
+        return self.model_copy(update={"jobs": self.jobs.model_copy(update={"database": str(self.jobs_database())})})
 
 
 class ScoreTrajectoryRequest(BaseModel):

@@ -145,7 +145,7 @@ def test_a_job_left_running_by_a_stopped_service_is_resumed_by_the_next(tmp_path
     request = {"policy": {"cloud_threshold": 0.6}, "suite": "small", "split": "train", "limit": 50}
     config = serve_config(tmp_path, lease_s=0.5)
     # the first service accepted the job and stopped mid-run: its record says running, its lease runs out
-    store = JobStore(config.jobs_database(None), lease_s=0.5)
+    store = JobStore(config.jobs_database(), lease_s=0.5)
     store.create("left-behind", request)
     assert store.claim("stopped-replica")[0] == "left-behind"
     api = TestClient(create_api(lambda backend=LocalBackend(config): backend), raise_server_exceptions=False)
@@ -178,8 +178,12 @@ def test_a_database_that_is_not_sqlite_is_refused_at_load(tmp_path, database, fi
     assert error.value.field == field and "SQLite" in str(error.value)
 
 
-def test_a_sqlite_url_and_relative_paths_resolve_against_the_config_folder(tmp_path):
-    assert serve_config(tmp_path).jobs_database(None) == tmp_path / "serve" / "jobs.sqlite"
+def test_a_sqlite_url_and_relative_paths_resolve_against_the_working_directory(tmp_path, monkeypatch):
+    assert serve_config(tmp_path).jobs_database() == tmp_path / "serve" / "jobs.sqlite"
     relative = ServeConfig(jobs=JobsConfig(database="sqlite:///state/jobs.db"))
-    assert relative.jobs_database(tmp_path) == tmp_path / "state" / "jobs.db"
-    assert ServeConfig(output="out").jobs_database(tmp_path) == tmp_path / "out" / "jobs.sqlite"
+    monkeypatch.chdir(tmp_path)
+    assert relative.jobs_database() == tmp_path / "state" / "jobs.db"
+    assert ServeConfig(output="out").jobs_database() == tmp_path / "out" / "jobs.sqlite"
+    fixed = ServeConfig(output="out").with_absolute_paths()
+    monkeypatch.chdir("/")
+    assert fixed.jobs_database() == tmp_path / "out" / "jobs.sqlite"  # what the replicas will open
