@@ -1,16 +1,18 @@
-"""REST API benchmark (issue 6), loopback only. Absolute times are noisy here: the load generator, Ray Serve's
-proxy and the replicas all share the machine's 2 cores.
+"""REST API benchmark (issues 6 and 17), loopback only. Absolute times are noisy here: the load generator, Ray
+Serve's proxy and the replicas all share the machine's 2 cores; the ratios to the floor, measured in the same
+run, are the figures to read.
 
-    python bench/bench_serve.py [--seconds 30] [--fuzz-examples 200]
+    python bench/bench_serve.py [--seconds 20] [--fuzz-examples 200] [--skip load,faults,fuzz]
 
-1. ``POST /v1/score/trajectory`` with the rules + environment members (the Serve app of ``far serve``): for
-   1, 4 and 16 concurrent clients, each sending requests back to back for ``--seconds``: p50 / p99 latency,
-   requests per second, errors, and whether every request was answered. Goal: p99 <= 50 ms at 16
-   concurrent, 0 errors. Measured for both topologies (one deployment per verifier; the ensemble inside the
-   ingress) and, as this machine's floor, for a Serve FastAPI endpoint that reads the body and returns a
-   constant.
-2. Fuzzing every endpoint with schemathesis from the app's own OpenAPI, against the running Serve app:
-   server errors (5xx). Goal: 0.
+1. load: ``POST /v1/score/trajectory`` with the rules + environment members, for 1, 4, 16 and 64 concurrent
+   clients, each sending requests back to back for ``--seconds``: p50 / p99 latency, requests per second,
+   errors, whether every request was answered -- for the floor (a trivial Serve FastAPI app that parses the
+   same bodies and returns a constant), ``topology: ingress`` (the default) and ``topology: deployments``;
+   each as a ratio to the floor at the same concurrency. Goal: p99 at 16 clients <= 1.2x the floor, 0 errors.
+2. faults: under 16 clients of load with policy jobs queued, kill a replica (a verifier member's, with
+   ``topology: deployments``; the ingress's, with both topologies; 2 replicas each): failed requests, the
+   longest request (the stall), and jobs that did not finish (lost). Goal: 0 failed, 0 lost.
+3. fuzz: every endpoint with schemathesis from the app's own OpenAPI: server errors (5xx). Goal: 0.
 
 Writes bench/out/serve.json.
 """
@@ -87,6 +89,7 @@ async def load(url: str, bodies: list[bytes], clients: int, seconds: float) -> d
         "all_answered": len(latencies) == sent, "errors": errors, "req_per_s": len(latencies) / elapsed,
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        "max_ms": 1000 * latencies[-1],
     }
 
 
@@ -129,52 +132,131 @@ def _floor_deployment():
     return FloorApp
 
 
+CLIENTS = (1, 4, 16, 64)
+
+
+def app_config(port: int, topology: str, output: Path, **extra):
+    from rollout.models.backends import ModelsConfig
+    from serve.schemas import JobsConfig, ServeConfig
+    from verifiers.ensemble import EnsembleConfig
+
+    oracle = {role: {"backend": "oracle"} for role in ("edge", "cloud", "user")}  # policy jobs only need speed
+    return ServeConfig(port=port, suites={"small": {"name": "edge_cloud", "seed": 5, "size": 200}},
+                       verifier=EnsembleConfig(members=("rules", "environment"), aggregation="min"),
+                       models=ModelsConfig.model_validate({**oracle, "cache": {"enabled": False}}),
+                       topology=topology, output=str(output), sync_limit=10,
+                       jobs=JobsConfig(lease_s=5.0), **extra).with_absolute_paths()
+
+
+def replica_names(app: str, deployment: str) -> list[str]:
+    import ray
+
+    prefix = f"SERVE_REPLICA::{app}#{deployment}#"
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix))
+
+
+async def fault_run(base: str, bodies: list[bytes], seconds: float, kill: str, app: str) -> dict:
+    """16 clients of load; policy jobs submitted first; one replica of ``kill`` killed a third of the way in."""
+    import httpx
+    import ray
+
+    policy = {"policy": {"cloud_threshold": 0.5}, "suite": "small", "split": "train", "limit": 100}
+    async with httpx.AsyncClient(timeout=60.0) as client:
+        jobs = [(await client.post(f"{base}/v1/score/policy", json=policy)).json()["job_id"] for _ in range(6)]
+
+    async def killer() -> str:
+        await asyncio.sleep(seconds / 3)
+        victim = replica_names(app, kill)[0]
+        ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
+        return victim
+
+    killed, measured = await asyncio.gather(killer(), load(f"{base}/v1/score/trajectory", bodies, 16, seconds))
+    deadline = time.perf_counter() + 120
+    async with httpx.AsyncClient(timeout=30.0) as client:
+        while True:
+            states = []
+            for job in jobs:
+                try:
+                    states.append((await client.get(f"{base}/v1/jobs/{job}")).json().get("status", "unknown"))
+                except httpx.HTTPError:
+                    states.append("unreachable")
+            if all(s in ("done", "failed") for s in states) or time.perf_counter() > deadline:
+                break
+            await asyncio.sleep(1.0)
+    return {"killed": killed, "load": measured, "jobs": len(jobs), "jobs_done": states.count("done"),
+            "jobs_lost": len(jobs) - states.count("done"), "stall_ms": measured["max_ms"]}
+
+
+def ratios(rows: list[dict], floor: list[dict]) -> list[dict]:
+    return [{"clients": r["clients"], "p99_vs_floor": r["p99_ms"] / f["p99_ms"],
+             "p50_vs_floor": r["p50_ms"] / f["p50_ms"], "throughput_vs_floor": r["req_per_s"] / f["req_per_s"]}
+            for r, f in zip(rows, floor, strict=True)]
+
+
 def main() -> None:
+    import tempfile
+
     global Floor
     Floor = _floor_deployment()
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--fuzz-examples", type=int, default=200)
+    parser.add_argument("--skip", default="", help="comma-separated: load, faults, fuzz")
     args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
 
     import ray
     from ray import serve
 
-    from rollout.models.backends import ModelsConfig
+    from rollout.io import write_json_atomic
     from serve.app import build_app
-    from serve.schemas import ServeConfig
-    from verifiers.ensemble import EnsembleConfig
 
     bodies = request_bodies(400)
     ray.init(include_dashboard=False, log_to_driver=False)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     base = f"http://127.0.0.1:{port}"
-    result: dict = {"load": {}}
-    for topology in ("deployments", "ingress"):
-        config = ServeConfig(port=port, suites={"small": {"name": "edge_cloud", "seed": 5, "size": 200}},
-                             verifier=EnsembleConfig(members=("rules", "environment"), aggregation="min"),
-                             models=ModelsConfig.model_validate({"cache": {"enabled": False}}), topology=topology)
-        serve.run(build_app(config, None), name="far-bench", route_prefix="/")
-        url = f"{base}/v1/score/trajectory"
-        asyncio.run(load(url, bodies, 4, 3.0))  # warm-up: connections, replicas, code paths
-        result["load"][topology] = [asyncio.run(load(url, bodies, c, args.seconds)) for c in (1, 4, 16)]
-        if topology == "deployments":
-            result["fuzz"] = fuzz(base, args.fuzz_examples)
-        serve.delete("far-bench")
-    # the floor on this machine: a Serve FastAPI endpoint that reads the same bodies and returns a constant
-    serve.run(Floor.bind(), name="floor", route_prefix="/")
-    asyncio.run(load(f"{base}/floor", bodies, 4, 3.0))
-    result["load"]["floor"] = [asyncio.run(load(f"{base}/floor", bodies, c, args.seconds)) for c in (1, 4, 16)]
-    at16 = result["load"]["deployments"][-1]
-    result["goal"] = {"p99_ms_at_16": at16["p99_ms"], "met": at16["p99_ms"] <= 50 and at16["errors"] == 0
-                      and at16["all_answered"], "fuzz_server_errors": result["fuzz"]["server_errors"]}
+    workdir = Path(tempfile.mkdtemp(prefix="far-bench-serve-"))
+    out = ROOT / "bench" / "out" / "serve.json"
+    result: dict = json.loads(out.read_text()) if out.exists() else {}
+    if "load" not in skip:
+        result["load"] = {}
+        serve.run(Floor.bind(), name="floor", route_prefix="/")  # this machine's floor, in the same run
+        asyncio.run(load(f"{base}/floor", bodies, 4, 3.0))
+        result["load"]["floor"] = [asyncio.run(load(f"{base}/floor", bodies, c, args.seconds)) for c in CLIENTS]
+        serve.delete("floor")
+        for topology in ("ingress", "deployments"):
+            serve.run(build_app(app_config(port, topology, workdir / topology), None), name="far-bench",
+                      route_prefix="/")
+            url = f"{base}/v1/score/trajectory"
+            asyncio.run(load(url, bodies, 4, 3.0))  # warm-up: connections, replicas, code paths
+            result["load"][topology] = [asyncio.run(load(url, bodies, c, args.seconds)) for c in CLIENTS]
+            result["load"][f"{topology}_vs_floor"] = ratios(result["load"][topology], result["load"]["floor"])
+            print(topology, json.dumps(result["load"][f"{topology}_vs_floor"]), flush=True)
+            if topology == "ingress" and "fuzz" not in skip:
+                result["fuzz"] = fuzz(base, args.fuzz_examples)
+            serve.delete("far-bench")
+        at16 = next(r for r in result["load"]["ingress_vs_floor"] if r["clients"] == 16)
+        row16 = next(r for r in result["load"]["ingress"] if r["clients"] == 16)
+        result["goal"] = {"ingress_p99_vs_floor_at_16": at16["p99_vs_floor"],
+                          "met": at16["p99_vs_floor"] <= 1.2 and row16["errors"] == 0 and row16["all_answered"]}
+        write_json_atomic(out, result)
+    if "faults" not in skip:
+        result["faults"] = []
+        for topology, victim in (("deployments", "verifier-rules"), ("deployments", "ingress"),
+                                 ("ingress", "ingress")):
+            config = app_config(port, topology, workdir / f"faults-{topology}-{victim}", replicas=2)
+            serve.run(build_app(config, None), name="far-bench", route_prefix="/")
+            asyncio.run(load(f"{base}/v1/score/trajectory", bodies, 4, 3.0))
+            run = asyncio.run(fault_run(base, bodies, args.seconds, victim, "far-bench"))
+            result["faults"].append({"topology": topology, "killed_deployment": victim, **run})
+            print("fault", topology, victim, json.dumps({k: v for k, v in run.items() if k != "load"}), flush=True)
+            serve.delete("far-bench")
+        write_json_atomic(out, result)
     serve.shutdown()
     ray.shutdown()
-    out = ROOT / "bench" / "out" / "serve.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2, default=str))
-    print(json.dumps(result, indent=2, default=str))
+    write_json_atomic(out, result)
+    print(json.dumps({k: v for k, v in result.items() if k != "load"}, indent=2, default=str))
 
 
 if __name__ == "__main__":
