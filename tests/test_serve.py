@@ -398,3 +398,11 @@ def test_a_remote_verifier_prices_with_the_runs_reward_table_not_the_servers(rol
     assert [(f.kind, f.penalty, f.critical) for v in served for f in v.failures] == \
         [(f.kind, f.penalty, f.critical) for v in local for f in v.failures]
     assert any(v.reward != RuleVerifier().verify(s, t).reward for v, s, t in zip(served, scenarios, trajectories))
+
+
+@pytest.mark.parametrize("topology", ["ingress", "deployments"])
+def test_replicas_apply_to_the_ingress_too(topology):
+    from serve.app import build_app
+
+    app = build_app(CONFIG.model_copy(update={"replicas": 3, "topology": topology}), None)
+    assert app._bound_deployment.name == "ingress" and app._bound_deployment.num_replicas == 3
