@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -15,7 +15,9 @@ from rollout.policy import Policy
 from rollout.suites import SuiteSpec
 from verifiers.ensemble import EnsembleConfig
 
-Thresholds = tuple[float, float, float]  # (κ_util, κ_or, κ_ctrl)
+Kappa = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]  # a z threshold: z lies in [0, 1]
+Thresholds = tuple[Kappa, Kappa, Kappa]  # (κ_util, κ_or, κ_ctrl)
+Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 
 class KappaConfig(BaseModel):
@@ -62,9 +64,9 @@ class EvolveConfig(BaseModel):
     temperature_max: float = Field(1.2, ge=0)
     diversity_bonus: float = Field(0.1, ge=0, description="added to r_PF of a repair that changes the action")
     kappa: KappaConfig | Literal["auto"] = KappaConfig()
-    weights: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0)
-    lam: float = Field(1.0, ge=0, description="λ in r_PF")
-    beta: float = Field(2.0, ge=0, description="β in q* ∝ 1[PF]·exp(β r_PF)")
+    weights: tuple[Weight, Weight, Weight, Weight] = (1.0, 1.0, 1.0, 1.0)
+    lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF")
+    beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q* ∝ 1[PF]·exp(β r_PF)")
     sft: SFTSettings = SFTSettings()
     pfpo: PFPOSettings = PFPOSettings()
     min_improvement: float = Field(0.01, ge=0, description="stop when holdout mean r_PF improves less")

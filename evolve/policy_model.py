@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollout.models.lm import Message
 
@@ -21,6 +21,18 @@ class ModelSpec(BaseModel):
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     seed: int = 0
+
+    @field_validator("base")
+    @classmethod
+    def _known_base(cls, base: str) -> str:
+        """Checked at load, with no network: a named model, or a local Hugging Face folder (never a hub id)."""
+        if base in ("smollm2", "tiny-random"):
+            return base
+        folder = Path(base).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"{base!r} is neither smollm2 (or tiny-random) nor a local Hugging Face model folder "
+                             "(with a config.json); models are never downloaded")
+        return base
 
 
 def _base_folder(base: str) -> Path:

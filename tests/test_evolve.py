@@ -108,8 +108,8 @@ def test_supervision_samples_only_the_feasible_front(task):
     assert chosen_decisions == {"handle", "escalate"}
     bonus = EvolveConfig(diversity_bonus=1.0)  # both differ from the failed 'refuse': the bonus keeps them equal
     assert supervise(bonus, failure, candidates, kappa, random.Random(0))[1] == pytest.approx([0.5, 0.5, 0, 0])
-    impossible = KappaConfig(executable=(2.0, 2.0, 2.0), diagnostic=(2.0, 2.0, 2.0))
-    assert supervise(config, failure, candidates, impossible, random.Random(0))[0] is None
+    # only infeasible repairs (over-refusal, malformed): nothing to supervise with
+    assert supervise(config, failure, candidates[2:], kappa, random.Random(0))[0] is None
 
 
 def test_evaluation_only_data_is_refused():
@@ -214,6 +214,30 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
     expected = torch.softmax(logp[0], dim=-1)
     observed = torch.tensor([samples.count(d) / len(samples) for d in DECISIONS])
     assert torch.allclose(observed, expected, atol=0.04)
+
+
+@pytest.mark.parametrize("line, field", [
+    ("kappa: {executable: [1.5, 1.0, 1.0]}", "kappa"),
+    ("kappa: {diagnostic: [1.0, -0.5, 1.0]}", "kappa"),
+    ("kappa: {executable: [.nan, 1.0, 1.0]}", "kappa"),
+    ("weights: [1.0, -1.0, 1.0, 1.0]", "weights"),
+    ("weights: [1.0, .inf, 1.0, 1.0]", "weights"),
+    ("lam: .nan", "lam"),
+    ("candidates: 0", "candidates"),
+    ("model: {base: HuggingFaceTB/SmolLM2-360M}", "model.base"),
+])
+def test_bad_evolve_settings_are_one_line_before_anything_loads(tmp_path, capsys, line, field):
+    import time
+
+    from serve.cli import main
+
+    bad = tmp_path / "evolve.yaml"
+    bad.write_text(line + "\n")
+    started = time.time()
+    assert main(["evolve", str(bad)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "evolve.yaml" in lines[0] and f"'{field}" in lines[0], lines
+    assert time.time() - started < 10  # no model loaded, no hub tried
 
 
 def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
