@@ -86,3 +86,49 @@ def test_cache_pickles_by_path(tmp_path):
     cache = CallCache(tmp_path / "p.sqlite")
     cache.put_many([("a", "1")])
     assert pickle.loads(pickle.dumps(cache)).get_many(["a"]) == {"a": "1"}
+
+
+def test_the_key_changes_with_the_chat_template_the_tokenizer_and_the_engine(tmp_path):
+    """A cached answer is only served to the same weights, tokenizer and chat template, engine and options:
+    editing the template or switching engines misses."""
+    import shutil
+
+    import pytest
+
+    pytest.importorskip("transformers")
+    from rollout.models.engines import EngineSpec, engine_model_id
+    from rollout.models.weights import MARKER, smollm2
+
+    exported = smollm2().path
+    folder = tmp_path / "copy"
+    folder.mkdir()
+    for file in exported.iterdir():  # the weights by link, the small files copied so they can be edited
+        (folder / file.name).symlink_to(file) if file.suffix == ".safetensors" else shutil.copy(file, folder)
+    assert (folder / MARKER).is_file()
+
+    def identity(engine="transformers", **options):
+        return engine_model_id(EngineSpec(engine=engine, model=str(folder), options=options))
+
+    before = identity()
+    assert before == identity() and before.startswith(smollm2().model_id)
+    assert len({before, identity(engine="vllm"), identity(batch_size=4)}) == 3
+    lm = CountingLM()
+    lm.model_id = before
+    cache = CallCache(tmp_path / "c.sqlite")
+    CachedLM(lm, cache).generate([gen("hello")])
+    CachedLM(lm, cache).generate([gen("hello")])
+    assert lm.calls == 1  # same identity: served from the cache
+    template = folder / "chat_template.jinja"
+    template.write_text(template.read_text() + "{# edited #}")
+    after = identity()
+    assert after != before
+    lm.model_id = after
+    CachedLM(lm, cache).generate([gen("hello")])
+    assert lm.calls == 2  # the edited template misses
+    lm.model_id = identity(engine="vllm")
+    CachedLM(lm, cache).generate([gen("hello")])
+    assert lm.calls == 3  # so does another engine
+    from rollout.models.engines.hf import TransformersLM
+    from rollout.models.weights import local_model
+
+    assert TransformersLM(local_model(folder)).model_id == after  # the engine reports what the key used

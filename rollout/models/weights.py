@@ -53,6 +53,27 @@ class LocalModel:
     def model_id(self) -> str:
         return f"{self.name}@{self.weights_sha256[:16]}"
 
+    def tokenizer_sha256(self) -> str:
+        """SHA-256 over the tokenizer's files and the chat template, as present in the folder: an edited
+        template is another model as far as cached answers go."""
+        digest = hashlib.sha256()
+        for name in TOKENIZER_FILES:
+            file = self.path / name
+            if file.is_file():
+                digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
+        return digest.hexdigest()
+
+    def lm_identity(self, engine: str, options: dict) -> str:
+        """What a cached LM answer is keyed by: the weights, the tokenizer and chat template, the engine and
+        the options it was built with (``engine_model_id`` gives the same string without loading anything)."""
+        settings = hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()[:12]
+        return f"{self.model_id}/tokenizer@{self.tokenizer_sha256()[:12]}/{engine}@{settings}"
+
+
+# the files whose bytes decide how text becomes tokens and how a chat becomes a prompt
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
+
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:

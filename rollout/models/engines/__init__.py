@@ -38,7 +38,20 @@ def engine_model_id(spec: EngineSpec) -> str:
         if options.get("model_id"):
             return options["model_id"]
         return OpenAICompatibleLM(options.get("base_url", ""), spec.model).model_id
-    return resolve_weights(spec.model).model_id
+    if spec.engine == "transformers":
+        from rollout.models.engines.hf import TransformersLM as engine_class
+    else:
+        from rollout.models.engines.vllm_engine import VLLMEngineLM as engine_class
+    return resolve_weights(spec.model).lm_identity(spec.engine, effective_options(engine_class, spec.options))
+
+
+def effective_options(engine_class: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The options an engine is built with: those given, else its constructor's defaults."""
+    import inspect
+
+    parameters = inspect.signature(engine_class.__init__).parameters
+    return {name: options.get(name, parameter.default) for name, parameter in parameters.items()
+            if name not in ("self", "model")}
 
 
 class LazyLM:

@@ -24,7 +24,7 @@ class TransformersLM:
 
         torch.set_num_threads(threads)
         self.torch = torch
-        self.model_id = model.model_id
+        self.model_id = model.lm_identity("transformers", {"threads": threads, "batch_size": batch_size})
         self.batch_size = batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(model.path)
         self.tokenizer.padding_side = "left"

@@ -36,7 +36,9 @@ class VLLMEngineLM:
         os.environ.setdefault("DO_NOT_TRACK", "1")
         from vllm import LLM
 
-        self.model_id = model.model_id
+        self.model_id = model.lm_identity("vllm", {
+            "max_model_len": max_model_len, "seed": seed, "dtype": dtype, "kv_cache_gib": kv_cache_gib,
+            "gpu_memory_utilization": gpu_memory_utilization, "top_logprobs": top_logprobs})
         self.top_logprobs = top_logprobs
         kwargs: dict[str, Any] = {"model": str(model.path), "max_model_len": max_model_len, "seed": seed,
                                   "dtype": dtype, "enforce_eager": True}
