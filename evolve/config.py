@@ -41,7 +41,8 @@ class PFPOSettings(BaseModel):
     epsilon: float = Field(0.2, gt=0, lt=1, description="PPO clip")
     kl_beta: float = Field(0.05, ge=0, description="KL penalty to the reference (the base model)")
     lr: float = Field(2e-4, gt=0)
-    iterations: int = Field(1, ge=1, description="updates per sampled group (>1 makes the clip bite)")
+    iterations: int = Field(2, ge=1, description="optimisation passes per sampled group (the clip can only act "
+                            "from the second: rounds.parquet's clip_fraction)")
     prompts_per_step: int = Field(4, ge=1)
     temperature: float = Field(1.0, gt=0)
 

@@ -190,12 +190,14 @@ class Evolution:
                 group.append(Candidate(text.strip(), sc, reward(config, sc.z)))
         return prompts, groups
 
-    def pfpo(self, prompts: Sequence[str], scenarios: Sequence[Scenario], round_index: int) -> list[float]:
-        from evolve.objectives import group_advantages, pfpo_loss
+    def pfpo(self, prompts: Sequence[str], scenarios: Sequence[Scenario], round_index: int
+             ) -> tuple[list[float], list[float]]:
+        """PFPO over the repair prompts: the loss of every optimisation pass, and the clip fraction of each."""
+        from evolve.objectives import clip_fraction, group_advantages, pfpo_loss
 
         config, torch = self.config.pfpo, self.model.torch
         optimizer = self.model.optimizer(config.lr)
-        losses = []
+        losses, clipped = [], []
         for start in range(0, len(prompts), config.prompts_per_step):
             chunk = list(range(start, min(start + config.prompts_per_step, len(prompts))))
             samples = self.model.choose([prompts[i] for i in chunk], DECISIONS, config.temperature, n=config.group,
@@ -215,12 +217,13 @@ class Evolution:
             for _ in range(config.iterations):
                 new, _ = self.model.token_logprobs(ids, attention, mask)
                 loss = pfpo_loss(new, old, ref, advantages, completion_mask, config.epsilon, config.kl_beta)
+                clipped.append(clip_fraction(new.detach(), old, advantages, completion_mask, config.epsilon))
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
                 losses.append(float(loss.detach()))
             self.model.model.eval()
-        return losses
+        return losses, clipped
 
     # --- the loop ------------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -247,7 +250,8 @@ class Evolution:
         started = time.perf_counter()
         before = self.evaluate()
         record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "kappa": None,
-                           "sft_loss": None, "pfpo_loss": None, "seconds": time.perf_counter() - started})
+                           "sft_loss": None, "pfpo_loss": None, "clip_fraction": None,
+                           "seconds": time.perf_counter() - started})
         self.progress(f"  round 0 (before training): {_line(before['overall'])}")
         best = before["overall"]["mean_r_pf"]
         stopped = "rounds done"
@@ -272,8 +276,8 @@ class Evolution:
                 for f, p, c, q in buffer]) if buffer else pa.table({"scenario_id": pa.array([], pa.string())}))
             sft_losses = self.model.sft([p for _, p, _, _ in buffer], [c.scored.decision for _, _, c, _ in buffer],
                                         config.sft.epochs, config.sft.lr, config.sft.batch_size) if buffer else []
-            pfpo_losses = self.pfpo([p for _, p, _, _ in buffer], [f.scenario for f, _, _, _ in buffer], t) \
-                if buffer else []
+            pfpo_losses, clipped = self.pfpo([p for _, p, _, _ in buffer], [f.scenario for f, _, _, _ in buffer],
+                                             t) if buffer else ([], [])
             self.model.save(output / f"adapter_round{t}")
             after = self.evaluate()
             record(t, after, {
@@ -281,6 +285,7 @@ class Evolution:
                 "kappa": json.dumps(kappa.model_dump(mode="json")),
                 "sft_loss": sft_losses[-1] if sft_losses else None,
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
+                "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "seconds": time.perf_counter() - round_started,
             })
             self.progress(f"  round {t}: {len(failures)} failures, {len(buffer)} repairs kept, distinct "

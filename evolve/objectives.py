@@ -30,3 +30,15 @@ def pfpo_loss(logp_new, logp_old, logp_ref, advantages, mask, epsilon: float, be
     delta = logp_ref - logp_new
     kl = torch.exp(delta) - delta - 1.0
     return masked_mean(-surrogate + beta * kl, mask)
+
+
+def clip_fraction(logp_new, logp_old, advantages, mask, epsilon: float) -> float:
+    """The share of completion tokens on which the clip decides the loss: ρ > 1+ε with A > 0, or ρ < 1−ε with
+    A < 0 (there the clipped term is the smaller one and its gradient is zero). With one optimisation pass per
+    batch ρ = 1 and this is 0: the clip only acts from the second pass on."""
+    import torch
+
+    ratio = torch.exp(logp_new - logp_old)
+    adv = advantages.unsqueeze(-1)
+    clipped = ((ratio > 1.0 + epsilon) & (adv > 0)) | ((ratio < 1.0 - epsilon) & (adv < 0))
+    return float(masked_mean(clipped.float(), mask))

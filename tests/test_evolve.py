@@ -51,6 +51,18 @@ def test_pfpo_loss_on_fixed_tensors():
     assert new.grad is not None and new.grad[1, 1] == 0  # masked token: no gradient
 
 
+def test_clip_fraction_counts_only_the_tokens_where_the_clip_binds():
+    from evolve.objectives import clip_fraction
+
+    old = torch.zeros(2, 3)
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    assert clip_fraction(old, old, torch.tensor([1.0, -1.0]), mask, 0.2) == 0.0  # first pass: ratio 1
+    new = torch.log(torch.tensor([[1.5, 1.1, 0.5], [0.5, 1.5, 9.0]]))
+    # A > 0 binds above 1.2 (token 0); A < 0 binds below 0.8 (token 3); the masked token does not count
+    assert clip_fraction(new, old, torch.tensor([1.0, -1.0]), mask, 0.2) == pytest.approx(2 / 5)
+    assert clip_fraction(new, old, torch.tensor([0.0, 0.0]), mask, 0.2) == 0.0  # no advantage, nothing binds
+
+
 def test_decisions_are_parsed_strictly():
     assert parse_decision(" Escalate.") == "escalate"
     assert parse_decision("handle") == "handle"
@@ -149,6 +161,8 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     assert rounds[1]["failures"] > 0  # an untrained random model fails plenty
     for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed"):
         assert name in rounds[1]
+    if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
+        assert rounds[1]["clip_fraction"] is not None and 0.0 <= rounds[1]["clip_fraction"] <= 1.0
     by_category = pq.read_table(tmp_path / "rounds_by_category.parquet").to_pylist()
     assert {r["round"] for r in by_category} == {0, 1}
     buffer = pq.read_table(tmp_path / "replay_buffer_round1.parquet").to_pylist()
