@@ -60,6 +60,8 @@ class EvolveConfig(BaseModel):
     rounds: int = Field(3, ge=1)
     dev_size: int = Field(32, ge=1, description="train scenarios rolled out per round (the dev split)")
     holdout_size: int = Field(64, ge=1)
+    check_size: int = Field(64, ge=1, description="train scenarios, apart from dev, that early stopping is "
+                            "judged on (never the holdout: it is evaluated for reporting only)")
     candidates: int = Field(4, ge=1, description="K repairs sampled per failure")
     temperature_min: float = Field(0.3, ge=0)
     temperature_max: float = Field(1.2, ge=0)
@@ -70,7 +72,7 @@ class EvolveConfig(BaseModel):
     beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q* ∝ 1[PF]·exp(β r_PF)")
     sft: SFTSettings = SFTSettings()
     pfpo: PFPOSettings = PFPOSettings()
-    min_improvement: float = Field(0.01, ge=0, description="stop when holdout mean r_PF improves less")
+    min_improvement: float = Field(0.01, ge=0, description="stop when mean r_PF on the check slice improves less")
     seed: int = 0
     output: str = "results/evolve"
 

@@ -13,8 +13,9 @@ Round t (π_t is the current model):
    q* ∝ exp(β·(r_PF + diversity bonus)), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved.
 4. SFT (LoRA, loss on a* only), then 5. PFPO on R_t's prompts: G samples each, A_i = r_i − mean_j r_j,
    clipped ratio loss with a KL penalty to the base model.
-6. holdout metrics after the round (round 0 = before any update): ASR, HCR, TSR, over-refusal, mean r_PF,
-   overall and per category; stop early when mean r_PF improves by less than ``min_improvement``.
+6. holdout metrics after the round (round 0 = before any update), for reporting only: ASR, HCR, TSR,
+   over-refusal, mean r_PF, overall and per category; stop early when mean r_PF on the *check slice* (train
+   scenarios apart from dev, never the holdout) improves by less than ``min_improvement``.
 
 Evaluation-only data never enters R_t nor any fit (``require_trainable``, checked on the whole train split
 before anything loads, and on each replay buffer): only train-split scenarios that are not evaluation-only.
@@ -154,6 +155,10 @@ class Evolution:
         train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
         require_trainable(train)  # before any model loads: the dev slice and every fit come from train
         self.dev = rng.sample(train, min(config.dev_size, len(train)))
+        chosen = {s.id for s in self.dev}
+        rest = [s for s in train if s.id not in chosen]
+        # early stopping is judged here: train data the repairs were not drawn from, never the holdout
+        self.check = rng.sample(rest, min(config.check_size, len(rest)))
         self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
         models = build_models(config.models, base_dir=base_dir)
@@ -229,6 +234,10 @@ class Evolution:
     def evaluate(self) -> dict[str, Any]:
         return holdout_metrics(self.holdout, self.decide(self.holdout), self.config)
 
+    def check_score(self) -> float:
+        """Mean r_PF of the model's decisions on the check slice: what early stopping compares."""
+        return holdout_metrics(self.check, self.decide(self.check), self.config)["overall"]["mean_r_pf"]
+
     def run(self, output: Path) -> dict[str, Any]:
         import pyarrow as pa
 
@@ -249,11 +258,11 @@ class Evolution:
 
         started = time.perf_counter()
         before = self.evaluate()
+        best = self.check_score()
         record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "kappa": None,
-                           "sft_loss": None, "pfpo_loss": None, "clip_fraction": None,
+                           "sft_loss": None, "pfpo_loss": None, "clip_fraction": None, "check_mean_r_pf": best,
                            "seconds": time.perf_counter() - started})
-        self.progress(f"  round 0 (before training): {_line(before['overall'])}")
-        best = before["overall"]["mean_r_pf"]
+        self.progress(f"  round 0 (before training): {_line(before['overall'])}; check slice r_PF {best:.3f}")
         stopped = "rounds done"
         for t in range(1, config.rounds + 1):
             round_started = time.perf_counter()
@@ -280,23 +289,27 @@ class Evolution:
                                              t) if buffer else ([], [])
             self.model.save(output / f"adapter_round{t}")
             after = self.evaluate()
+            check = self.check_score()
             record(t, after, {
                 "failures": len(failures), "distinct_rate": distinct, "buffer": len(buffer),
                 "kappa": json.dumps(kappa.model_dump(mode="json")),
                 "sft_loss": sft_losses[-1] if sft_losses else None,
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
+                "check_mean_r_pf": check,
                 "seconds": time.perf_counter() - round_started,
             })
             self.progress(f"  round {t}: {len(failures)} failures, {len(buffer)} repairs kept, distinct "
                           f"{distinct:.2f}; holdout {_line(after['overall'])} ({time.perf_counter() - round_started:.0f}s)")
-            gain = after["overall"]["mean_r_pf"] - best
-            best = max(best, after["overall"]["mean_r_pf"])
+            gain = check - best
+            best = max(best, check)
             if gain < config.min_improvement:
-                stopped = f"holdout mean r_PF improved by {gain:.3f} < {config.min_improvement} in round {t}"
+                stopped = (f"mean r_PF on the check slice (train) improved by {gain:.3f} < {config.min_improvement} "
+                           f"in round {t}")
                 break
         summary = {"command": "evolve", "config": config.model_dump(mode="json"), "rounds": rows,
-                   "stopped": stopped, "dev": [s.id for s in self.dev], "holdout": [s.id for s in self.holdout],
+                   "stopped": stopped, "dev": [s.id for s in self.dev], "check": [s.id for s in self.check],
+                   "holdout": [s.id for s in self.holdout],
                    "seconds": time.perf_counter() - started}
         write_json_atomic(output / "summary.json", summary)
         _report(output, rows)

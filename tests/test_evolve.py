@@ -168,6 +168,10 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     buffer = pq.read_table(tmp_path / "replay_buffer_round1.parquet").to_pylist()
     assert all(row["split"] == "train" for row in buffer)  # never holdout
     assert set(row["scenario_id"] for row in buffer) <= set(summary["dev"])
+    # early stopping is judged on a train slice apart from dev, never on the holdout
+    assert summary["check"] and not set(summary["check"]) & (set(summary["dev"]) | set(summary["holdout"]))
+    assert all(s.split == "train" for s in evolution.check) and rounds[1]["check_mean_r_pf"] is not None
+    assert "check slice" in summary["stopped"] or summary["stopped"].startswith(("rounds done", "no failures"))
     after = dict(evolution.model.model.named_parameters())
     if buffer:  # SFT and PFPO moved the adapter
         assert any(not torch.equal(before[n], after[n].detach()) for n in before)
