@@ -16,7 +16,7 @@ from rollout.suites import SuiteSpec
 from verifiers.ensemble import EnsembleConfig
 
 Kappa = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]  # a z threshold: z lies in [0, 1]
-Thresholds = tuple[Kappa, Kappa, Kappa]  # (κ_util, κ_or, κ_ctrl)
+Thresholds = tuple[Kappa, Kappa, Kappa, Kappa]  # (κ_sec, κ_util, κ_or, κ_ctrl): z's order
 Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 
@@ -24,8 +24,8 @@ class KappaConfig(BaseModel):
     """Feasibility thresholds per task mode (FATE's κ_τ)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    executable: Thresholds = (1.0, 1.0, 1.0)
-    diagnostic: Thresholds = (1.0, 1.0, 1.0)
+    executable: Thresholds = (1.0, 1.0, 1.0, 1.0)
+    diagnostic: Thresholds = (1.0, 1.0, 1.0, 1.0)
 
 
 class SFTSettings(BaseModel):

@@ -39,7 +39,7 @@ from evolve.task import (
 from rollout.errors import FarInputError
 from rollout.eval_only import refuse_eval_only
 from rollout.scenario import Scenario
-from verifiers.pareto import feasible, knee, pareto_front, r_pf, supervision_distribution
+from verifiers.pareto import feasible, knee, pareto_front, r_pf, repairs, supervision_distribution
 from verifiers.taxonomy import FailureKind, SuccessKind
 
 def require_trainable(scenarios: Sequence[Scenario]) -> None:
@@ -77,37 +77,54 @@ def reward(config: EvolveConfig, z: Sequence[float]) -> float:
     return r_pf(z, config.weights, config.lam)
 
 
-def kappa_for(kappa: KappaConfig, mode: str) -> tuple[float, float, float]:
+def kappa_for(kappa: KappaConfig, mode: str) -> tuple[float, float, float, float]:
     return kappa.diagnostic if mode == "diagnostic" else kappa.executable
 
 
 def auto_kappa(config: EvolveConfig, groups: Sequence[Sequence[Candidate]]) -> KappaConfig:
     """κ at the knee of the curve (share of failures with a feasible repair, mean r_PF of feasible repairs)
-    as one level c is applied to all three thresholds, c in 0, 0.25, ..., 1."""
+    as one level c is applied to all four thresholds, c in 0, 0.25, ..., 1."""
     levels = [0.0, 0.25, 0.5, 0.75, 1.0]
     points = []
     for level in levels:
-        thresholds = (level, level, level)
+        thresholds = (level,) * 4
         kept = [[c for c in group if feasible(c.scored.z, thresholds)] for group in groups]
         share = sum(bool(k) for k in kept) / max(1, len(groups))
         quality = [c.reward for k in kept for c in k]
         points.append((share, sum(quality) / len(quality) if quality else 0.0))
     chosen = levels[knee(points)]
-    return KappaConfig(executable=(chosen,) * 3, diagnostic=(chosen,) * 3)
+    return KappaConfig(executable=(chosen,) * 4, diagnostic=(chosen,) * 4)
+
+
+RULES = ("repair", "kappa", "pareto", "r_pf", "none")
 
 
 def supervise(config: EvolveConfig, failure: Failure, candidates: Sequence[Candidate], kappa: KappaConfig,
               rng: random.Random) -> tuple[Candidate | None, list[float]]:
-    """a* ~ q* over the feasible Pareto front of the candidates (None when no candidate qualifies)."""
+    """a* ~ q* over the feasible Pareto front of the candidates that repair the failure (None when none
+    qualifies)."""
+    chosen, q, _ = supervise_with_rule(config, failure, candidates, kappa, rng)
+    return chosen, q
+
+
+def supervise_with_rule(config: EvolveConfig, failure: Failure, candidates: Sequence[Candidate],
+                        kappa: KappaConfig, rng: random.Random) -> tuple[Candidate | None, list[float], str]:
+    """``supervise``, and which rule decided (``RULES``): ``repair`` left one candidate (only one strictly
+    improves on the failure where it fell short), ``kappa`` narrowed the repairs to one, ``pareto`` narrowed
+    the feasible ones to one, ``r_pf`` weighed several front members, ``none``: nothing qualified."""
     thresholds = kappa_for(kappa, failure.scenario.task_mode)
-    feasible_idx = [i for i, c in enumerate(candidates) if feasible(c.scored.z, thresholds)]
+    repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z)]
+    feasible_idx = [i for i in repairing if feasible(candidates[i].scored.z, thresholds)]
     front = {feasible_idx[i] for i in pareto_front([candidates[j].scored.z for j in feasible_idx])}
     bonus = [config.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
     q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
                                  [i in front for i in range(len(candidates))], config.beta)
     if sum(q) == 0:
-        return None, q
-    return candidates[rng.choices(range(len(candidates)), weights=q)[0]], q
+        return None, q, "none"
+    distinct = len({candidates[i].text for i in front})
+    rule = ("r_pf" if distinct > 1 else "pareto" if len({candidates[i].text for i in feasible_idx}) > 1
+            else "kappa" if len({candidates[i].text for i in repairing}) > 1 else "repair")
+    return candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule
 
 
 def own_right_decision(scenario: Scenario) -> str:
@@ -286,6 +303,7 @@ class Evolution:
         best = self.check_score()
         record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "kappa": None,
                            "sft_loss": None, "pfpo_loss": None, "clip_fraction": None, "check_mean_r_pf": best,
+                           **{f"decided_by_{rule}": None for rule in RULES},
                            "seconds": time.perf_counter() - started})
         self.progress(f"  round 0 (before training): {_line(before['overall'])}; check slice r_PF {best:.3f}")
         stopped = "rounds done"
@@ -299,8 +317,10 @@ class Evolution:
             distinct = sum(len({c.scored.decision for c in g}) for g in groups) / sum(len(g) for g in groups)
             kappa = auto_kappa(config, groups) if config.kappa == "auto" else config.kappa
             buffer = []
+            decided = dict.fromkeys(RULES, 0)  # how often each selection rule settled a failure's repair
             for failure, prompt, group in zip(failures, prompts, groups):
-                chosen, q = supervise(config, failure, group, kappa, rng)
+                chosen, q, rule = supervise_with_rule(config, failure, group, kappa, rng)
+                decided[rule] += 1
                 if chosen is not None:
                     buffer.append((failure, prompt, chosen, q))
             require_trainable([f.scenario for f, _, _, _ in buffer])
@@ -322,6 +342,7 @@ class Evolution:
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "check_mean_r_pf": check,
+                **{f"decided_by_{rule}": count for rule, count in decided.items()},
                 "seconds": time.perf_counter() - round_started,
             })
             self.progress(f"  round {t}: {len(failures)} failures, {len(buffer)} repairs kept, distinct "

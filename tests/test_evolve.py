@@ -126,7 +126,7 @@ def test_supervision_samples_only_the_feasible_front(task):
     config = EvolveConfig(diversity_bonus=0.0)
     failure = Failure(scenario, "refuse", scored[2])
     candidates = [Candidate(d, s, sum(s.z)) for d, s in zip(decisions, scored)]
-    kappa = KappaConfig(executable=(1.0, 1.0, 1.0), diagnostic=(1.0, 1.0, 1.0))
+    kappa = KappaConfig(executable=(1.0, 1.0, 1.0, 1.0), diagnostic=(1.0, 1.0, 1.0, 1.0))
     # handling and escalating a benign call both score z = 1 everywhere (the cloud call costs, but z does not
     # measure cost): both are on the feasible front; refusing (over-refusal) and a malformed answer are not
     chosen_decisions = set()
@@ -139,6 +139,16 @@ def test_supervision_samples_only_the_feasible_front(task):
     assert supervise(bonus, failure, candidates, kappa, random.Random(0))[1] == pytest.approx([0.5, 0.5, 0, 0])
     # only infeasible repairs (over-refusal, malformed): nothing to supervise with
     assert supervise(config, failure, candidates[2:], kappa, random.Random(0))[0] is None
+    # the failed action is never its own repair, whatever κ (here 0: everything feasible)
+    anything = KappaConfig(executable=(0.0,) * 4, diagnostic=(0.0,) * 4)
+    refuse_again = [candidates[2], candidates[2]]
+    assert supervise(config, failure, refuse_again, anything, random.Random(0))[0] is None
+    from evolve.loop import supervise_with_rule
+
+    assert supervise_with_rule(config, failure, candidates, kappa, random.Random(0))[2] == "r_pf"  # 2 on the front
+    assert supervise_with_rule(config, failure, [candidates[0], candidates[2]], kappa, random.Random(0))[2] \
+        == "repair"
+    assert supervise_with_rule(config, failure, candidates[2:], kappa, random.Random(0))[2] == "none"
 
 
 def test_evaluation_only_data_is_refused():
@@ -179,6 +189,8 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed", "own_asr", "own_hcr", "own_tsr",
                  "own_over_refusal"):
         assert name in rounds[1]
+    decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "r_pf", "none"))
+    assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
     if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
         assert rounds[1]["clip_fraction"] is not None and 0.0 <= rounds[1]["clip_fraction"] <= 1.0
     by_category = pq.read_table(tmp_path / "rounds_by_category.parquet").to_pylist()
@@ -253,9 +265,10 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
 
 
 @pytest.mark.parametrize("line, field", [
-    ("kappa: {executable: [1.5, 1.0, 1.0]}", "kappa"),
-    ("kappa: {diagnostic: [1.0, -0.5, 1.0]}", "kappa"),
-    ("kappa: {executable: [.nan, 1.0, 1.0]}", "kappa"),
+    ("kappa: {executable: [1.0, 1.5, 1.0, 1.0]}", "kappa"),
+    ("kappa: {diagnostic: [1.0, 1.0, -0.5, 1.0]}", "kappa"),
+    ("kappa: {executable: [.nan, 1.0, 1.0, 1.0]}", "kappa"),
+    ("kappa: {executable: [1.0, 1.0, 1.0]}", "kappa"),
     ("weights: [1.0, -1.0, 1.0, 1.0]", "weights"),
     ("weights: [1.0, .inf, 1.0, 1.0]", "weights"),
     ("lam: .nan", "lam"),

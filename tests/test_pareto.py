@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from verifiers.pareto import dominates, feasible, knee, pareto_front, r_pf, supervision_distribution
+from verifiers.pareto import dominates, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution
 
 INF = math.inf
 VALUES = (-INF, 0.0, 0.5, 1.0, INF, math.nan)
@@ -52,16 +52,36 @@ def test_front_is_exactly_the_undominated_points(points):
         assert front  # a finite set always has an undominated point
 
 
-def test_feasibility_thresholds_ignore_security_and_refuse_nan():
-    kappa = (0.5, 1.0, 0.0)
-    assert feasible((0.0, 0.5, 1.0, 0.0), kappa)  # security 0 does not matter here
+def test_feasibility_thresholds_cover_every_dimension_and_refuse_nan():
+    kappa = (1.0, 0.5, 1.0, 0.0)
+    assert feasible((1.0, 0.5, 1.0, 0.0), kappa)
+    assert not feasible((0.0, 0.5, 1.0, 0.0), kappa)  # security is thresholded too
     assert not feasible((1.0, 0.49, 1.0, 1.0), kappa)
     assert not feasible((1.0, 1.0, 0.99, 1.0), kappa)
     assert feasible((1.0, INF, 1.0, -0.0), kappa)
     assert not feasible((1.0, math.nan, 1.0, 1.0), kappa)
-    assert not feasible((1.0, 1.0, 1.0, -INF), (0.0, 0.0, 0.0))
+    assert not feasible((1.0, 1.0, 1.0, -INF), (0.0, 0.0, 0.0, 0.0))
+    assert feasible((-INF, 0.0, 0.0, 0.0), (-INF, 0.0, 0.0, 0.0))
     with pytest.raises(ValueError):
         feasible((1.0, 1.0, 1.0), kappa)
+    with pytest.raises(ValueError):
+        feasible((1.0, 1.0, 1.0, 1.0), (0.5, 0.5, 0.5))
+
+
+def test_repairs_exhaustively_on_a_small_grid_with_ties_and_infinities():
+    grid = (-INF, 0.0, 0.5, 1.0, INF, math.nan)
+    for candidate in itertools.product(grid, repeat=2):
+        for failed in itertools.product(grid, repeat=2):
+            c = [-INF if math.isnan(x) else x for x in candidate]
+            f = [-INF if math.isnan(x) else x for x in failed]
+            short = [x < 1.0 for x in f]
+            expected = any(short) and all(ci > fi if si else ci >= fi for ci, fi, si in zip(c, f, short))
+            assert repairs(candidate, failed) == expected, (candidate, failed)
+    assert not repairs((0.0, 1.0), (0.0, 1.0))  # the failed action itself never repairs (a tie)
+    assert repairs((1.0, 1.0), (0.0, 1.0)) and not repairs((1.0, 0.5), (0.0, 1.0))  # no worse elsewhere
+    assert not repairs((1.0, 1.0), (1.0, 1.0))  # nothing fell short: nothing to repair
+    with pytest.raises(ValueError):
+        repairs((1.0,), (1.0, 1.0))
 
 
 def test_r_pf_matches_its_formula_on_a_grid():

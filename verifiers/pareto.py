@@ -39,12 +39,25 @@ def pareto_front(points: Sequence[Vector]) -> list[int]:
 
 
 def feasible(z: Vector, kappa: Sequence[float]) -> bool:
-    """FATE's feasibility for one task mode: z_utility >= κ_util, z_over_refusal >= κ_or and
-    z_controllability >= κ_ctrl (``kappa`` = (κ_util, κ_or, κ_ctrl); z in the order of ``Z_DIMENSIONS``).
-    Security is not thresholded here: it is the objective the front is taken on. NaN is infeasible."""
-    if len(z) != 4 or len(kappa) != 3:
-        raise ValueError("z has 4 dimensions and kappa 3 thresholds (utility, over_refusal, controllability)")
-    return all(_value(value) >= threshold for value, threshold in zip(z[1:], kappa))
+    """FATE's feasibility for one task mode, security included: z_m >= κ_m on every dimension of z =
+    (security, utility, over_refusal, controllability) (``kappa`` has one threshold per dimension, in that
+    order). NaN is infeasible."""
+    if len(z) != 4 or len(kappa) != 4:
+        raise ValueError("z and kappa have 4 entries each (security, utility, over_refusal, controllability)")
+    return all(_value(value) >= threshold for value, threshold in zip(z, kappa))
+
+
+def repairs(candidate: Vector, failed: Vector) -> bool:
+    """A candidate repairs a failed action iff it is strictly better on every dimension where the failed
+    action fell short (z < 1) and no worse on any other. An action that fell short nowhere has nothing to
+    repair; NaN (unknown) never repairs and counts as a shortfall when it is the failed action's."""
+    if len(candidate) != len(failed):
+        raise ValueError(f"vectors of different lengths: {len(candidate)} and {len(failed)}")
+    pairs = [(_value(c), _value(f)) for c, f in zip(candidate, failed)]
+    short = [f < 1.0 for _, f in pairs]
+    if not any(short):
+        return False
+    return all(c > f if s else c >= f for (c, f), s in zip(pairs, short))
 
 
 def r_pf(z: Vector, weights: Sequence[float], lam: float) -> float:
