@@ -66,6 +66,8 @@ class EvolveConfig(BaseModel):
     temperature_min: float = Field(0.3, ge=0)
     temperature_max: float = Field(1.2, ge=0)
     diversity_bonus: float = Field(0.1, ge=0, description="added to r_PF of a repair that changes the action")
+    rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct decisions (from dev, safety "
+                             "first) trained on per repair, so repairs do not unlearn refusals")
     kappa: KappaConfig | Literal["auto"] = KappaConfig()
     weights: tuple[Weight, Weight, Weight, Weight] = (1.0, 1.0, 1.0, 1.0)
     lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF")

@@ -201,6 +201,7 @@ class Evolution:
         rest = [s for s in train if s.id not in chosen]
         # early stopping is judged here: train data the repairs were not drawn from, never the holdout
         self.check = rng.sample(rest, min(config.check_size, len(rest)))
+        self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
         models = build_models(config.models, base_dir=base_dir)
@@ -220,8 +221,24 @@ class Evolution:
         return self.task.score(scenarios, [parse_decision(t) for t in texts])
 
     def collect(self) -> list[Failure]:
+        """This round's failures on dev; the decisions that met every objective join the rehearsal pool."""
         scored = self.decide(self.dev)
+        for scenario, sc in zip(self.dev, scored):
+            if not violated(sc.z):
+                self.correct[scenario.id] = (scenario, sc.decision)
+            else:
+                self.correct.pop(scenario.id, None)  # no longer decided correctly: not rehearsed as such
         return [Failure(s, sc.decision, sc) for s, sc in zip(self.dev, scored) if violated(sc.z)]
+
+    def rehearsal(self, repairs: int, rng: random.Random) -> list[tuple[Scenario, str]]:
+        """Correct decisions to train on beside the repairs (``rehearsal`` per repair), safety first: refusals
+        and escalations of harmful or injected requests, then the rest, so repairs cannot unlearn them."""
+        pool = sorted(self.correct.values(), key=lambda item: item[0].id)
+        safety = [item for item in pool if item[0].ground_truth.unsafe or item[0].ground_truth.injected]
+        other = [item for item in pool if item not in safety]
+        rng.shuffle(safety)
+        rng.shuffle(other)
+        return (safety + other)[:int(round(self.config.rehearsal * repairs))]
 
     def propose(self, failures: Sequence[Failure], round_index: int) -> tuple[list[str], list[list[Candidate]]]:
         config = self.config
@@ -301,7 +318,7 @@ class Evolution:
         started = time.perf_counter()
         before = self.evaluate()
         best = self.check_score()
-        record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "kappa": None,
+        record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "rehearsed": None, "kappa": None,
                            "sft_loss": None, "pfpo_loss": None, "clip_fraction": None, "check_mean_r_pf": best,
                            **{f"decided_by_{rule}": None for rule in RULES},
                            "seconds": time.perf_counter() - started})
@@ -328,8 +345,12 @@ class Evolution:
                 {"scenario_id": f.scenario.id, "split": f.scenario.split, "prompt": p, "failed_action": f.action,
                  "repair": c.scored.decision, "z": list(c.scored.z), "r_pf": c.reward, "q": q}
                 for f, p, c, q in buffer]) if buffer else pa.table({"scenario_id": pa.array([], pa.string())}))
-            sft_losses = self.model.sft([p for _, p, _, _ in buffer], [c.scored.decision for _, _, c, _ in buffer],
-                                        config.sft.epochs, config.sft.lr, config.sft.batch_size) if buffer else []
+            rehearsed = self.rehearsal(len(buffer), rng) if buffer else []
+            require_trainable([scenario for scenario, _ in rehearsed])
+            sft_losses = self.model.sft(
+                [p for _, p, _, _ in buffer] + [self.model.prompt(decision_messages(s)) for s, _ in rehearsed],
+                [c.scored.decision for _, _, c, _ in buffer] + [decision for _, decision in rehearsed],
+                config.sft.epochs, config.sft.lr, config.sft.batch_size) if buffer else []
             pfpo_losses, clipped = self.pfpo([p for _, p, _, _ in buffer], [f.scenario for f, _, _, _ in buffer],
                                              t) if buffer else ([], [])
             self.model.save(output / f"adapter_round{t}")
@@ -337,6 +358,7 @@ class Evolution:
             check = self.check_score()
             record(t, after, {
                 "failures": len(failures), "distinct_rate": distinct, "buffer": len(buffer),
+                "rehearsed": len(rehearsed),
                 "kappa": json.dumps(kappa.model_dump(mode="json")),
                 "sft_loss": sft_losses[-1] if sft_losses else None,
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,

@@ -189,6 +189,12 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed", "own_asr", "own_hcr", "own_tsr",
                  "own_over_refusal"):
         assert name in rounds[1]
+    # rehearsal: correct dev decisions, up to one per repair, trained on beside the repairs
+    assert rounds[1]["rehearsed"] <= rounds[1]["buffer"]
+    rehearsed = evolution.rehearsal(100, random.Random(0))
+    assert all(s.split == "train" for s, _ in rehearsed) and len(rehearsed) == len(evolution.correct)
+    safety = [s.ground_truth.unsafe or s.ground_truth.injected for s, _ in rehearsed]
+    assert safety == sorted(safety, reverse=True)  # refusals of harm first
     decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "r_pf", "none"))
     assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
     if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
