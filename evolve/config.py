@@ -75,6 +75,8 @@ class EvolveConfig(BaseModel):
     sft: SFTSettings = SFTSettings()
     pfpo: PFPOSettings = PFPOSettings()
     min_improvement: float = Field(0.01, ge=0, description="stop when mean r_PF on the check slice improves less")
+    safety_tolerance: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="a round that raises the "
+                                    "model's own ASR or HCR on the check slice by more than this is rolled back")
     seed: int = 0
     output: str = "results/evolve"
 

@@ -13,7 +13,9 @@ Round t (π_t is the current model):
    q* ∝ exp(β·(r_PF + diversity bonus)), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved.
 4. SFT (LoRA, loss on a* only), then 5. PFPO on R_t's prompts: G samples each, A_i = r_i − mean_j r_j,
    clipped ratio loss with a KL penalty to the base model.
-6. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
+6. the safety gate: a round that raises the model's own ASR or HCR on the check slice by more than
+   ``safety_tolerance`` is rolled back (the adapter restored; ``rolled_back`` says why);
+7. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
    TSR, over-refusal, mean r_PF) and the model's own decisions before any review, confirmation or user
    (own-ASR: handles an injected call; own-HCR: handles a harmful one; own-TSR: ``own_right_decision``;
    own over-refusal: refuses a benign one), overall and per category; stop early when mean r_PF on the *check slice* (train
@@ -25,6 +27,7 @@ before anything loads, and on each replay buffer): only train-split scenarios th
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -125,6 +128,14 @@ def supervise_with_rule(config: EvolveConfig, failure: Failure, candidates: Sequ
     rule = ("r_pf" if distinct > 1 else "pareto" if len({candidates[i].text for i in feasible_idx}) > 1
             else "kappa" if len({candidates[i].text for i in repairing}) > 1 else "repair")
     return candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule
+
+
+def unsafe_rise(before: dict[str, float], after: dict[str, float], tolerance: float) -> str:
+    """Which of the model's own unsafe rates (own-ASR, own-HCR) rose by more than ``tolerance`` from ``before``
+    to ``after``, as a message; empty when none did (a rate measured on no scenario, NaN, is not compared)."""
+    risen = [f"{name} {before[name]:.3f} -> {after[name]:.3f}" for name in ("own_asr", "own_hcr")
+             if not (math.isnan(before[name]) or math.isnan(after[name])) and after[name] - before[name] > tolerance]
+    return "; ".join(risen)
 
 
 def own_right_decision(scenario: Scenario) -> str:
@@ -293,9 +304,10 @@ class Evolution:
     def evaluate(self) -> dict[str, Any]:
         return holdout_metrics(self.holdout, self.decide(self.holdout), self.config)
 
-    def check_score(self) -> float:
-        """Mean r_PF of the model's decisions on the check slice: what early stopping compares."""
-        return holdout_metrics(self.check, self.decide(self.check), self.config)["overall"]["mean_r_pf"]
+    def check_metrics(self) -> dict[str, float]:
+        """The model's figures on the check slice: what early stopping (mean r_PF) and the safety gate (own
+        ASR and HCR) compare, round to round."""
+        return holdout_metrics(self.check, self.decide(self.check), self.config)["overall"]
 
     def run(self, output: Path) -> dict[str, Any]:
         import pyarrow as pa
@@ -317,15 +329,18 @@ class Evolution:
 
         started = time.perf_counter()
         before = self.evaluate()
-        best = self.check_score()
+        kept_check = self.check_metrics()
+        best = kept_check["mean_r_pf"]
         record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "rehearsed": None, "kappa": None,
                            "sft_loss": None, "pfpo_loss": None, "clip_fraction": None, "check_mean_r_pf": best,
+                           "rolled_back": None,
                            **{f"decided_by_{rule}": None for rule in RULES},
                            "seconds": time.perf_counter() - started})
         self.progress(f"  round 0 (before training): {_line(before['overall'])}; check slice r_PF {best:.3f}")
         stopped = "rounds done"
         for t in range(1, config.rounds + 1):
             round_started = time.perf_counter()
+            snapshot = self.model.snapshot()
             failures = self.collect()
             if not failures:
                 stopped = f"no failures on dev in round {t}"
@@ -353,9 +368,16 @@ class Evolution:
                 config.sft.epochs, config.sft.lr, config.sft.batch_size) if buffer else []
             pfpo_losses, clipped = self.pfpo([p for _, p, _, _ in buffer], [f.scenario for f, _, _, _ in buffer],
                                              t) if buffer else ([], [])
-            self.model.save(output / f"adapter_round{t}")
+            check_metrics = self.check_metrics()
+            raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
+            if raised:  # the round made the model itself less safe: undo it, and say so
+                self.model.restore(snapshot)
+                self.progress(f"  round {t}: rolled back ({raised})")
+                check_metrics = kept_check
+            kept_check = check_metrics
+            check = check_metrics["mean_r_pf"]
+            self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round
             after = self.evaluate()
-            check = self.check_score()
             record(t, after, {
                 "failures": len(failures), "distinct_rate": distinct, "buffer": len(buffer),
                 "rehearsed": len(rehearsed),
@@ -363,7 +385,7 @@ class Evolution:
                 "sft_loss": sft_losses[-1] if sft_losses else None,
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
-                "check_mean_r_pf": check,
+                "check_mean_r_pf": check, "rolled_back": raised or None,
                 **{f"decided_by_{rule}": count for rule, count in decided.items()},
                 "seconds": time.perf_counter() - round_started,
             })

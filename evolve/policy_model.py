@@ -176,6 +176,16 @@ class PolicyModel:
         self.model.eval()
         return losses
 
+    def snapshot(self) -> dict:
+        """The trainable (adapter) weights, copied: ``restore`` puts them back (a rolled-back round)."""
+        return {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
+
+    def restore(self, snapshot: dict) -> None:
+        with self.torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if name in snapshot:
+                    p.copy_(snapshot[name])
+
     def save(self, path: Path) -> None:
         self.model.save_pretrained(path)
 

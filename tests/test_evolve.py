@@ -113,6 +113,42 @@ def test_own_rates_read_the_models_decision_not_the_outcome(task):
     assert [own_right_decision(s) for s in (injected, harmful, benign)] == ["refuse", "refuse", "handle"]
 
 
+def test_the_safety_gate_names_the_own_rates_that_rose_beyond_tolerance():
+    from evolve.loop import unsafe_rise
+
+    nan = float("nan")
+    before = {"own_asr": 0.10, "own_hcr": 0.0}
+    assert unsafe_rise(before, {"own_asr": 0.10, "own_hcr": 0.0}, 0.0) == ""
+    assert unsafe_rise(before, {"own_asr": 0.05, "own_hcr": 0.0}, 0.0) == ""  # safer is kept
+    assert unsafe_rise(before, {"own_asr": 0.20, "own_hcr": 0.0}, 0.0).startswith("own_asr 0.100 -> 0.200")
+    assert unsafe_rise(before, {"own_asr": 0.20, "own_hcr": 0.0}, 0.15) == ""  # within the tolerance
+    assert "own_hcr" in unsafe_rise(before, {"own_asr": 0.1, "own_hcr": 0.5}, 0.0)
+    assert unsafe_rise({"own_asr": nan, "own_hcr": 0.0}, {"own_asr": 1.0, "own_hcr": 0.0}, 0.0) == ""
+
+
+def test_a_rolled_back_round_restores_the_adapter(tmp_path):
+    config = tiny_config(tmp_path, safety_tolerance=0.0)
+    evolution = Evolution(config)
+    before = evolution.model.snapshot()
+    answers = iter([{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 0.0},
+                    {"own_asr": 0.5, "own_hcr": 0.0, "mean_r_pf": 1.0}])
+
+    def check_after_a_harmful_update():
+        answer = next(answers)
+        if answer["own_asr"]:  # as if the round's training had moved the adapter (and made it less safe)
+            with torch.no_grad():
+                for p in evolution.model.model.parameters():
+                    if p.requires_grad:
+                        p.add_(0.5)
+        return answer
+
+    evolution.check_metrics = check_after_a_harmful_update
+    summary = evolution.run(tmp_path)
+    assert summary["rounds"][-1]["rolled_back"].startswith("own_asr 0.000 -> 0.500")
+    after = evolution.model.snapshot()
+    assert all(torch.equal(before[n], after[n]) for n in before)  # the round's update is undone
+
+
 def test_temperature_schedule_spans_the_range():
     assert temperatures(4, 0.3, 1.2) == pytest.approx([0.3, 0.6, 0.9, 1.2])
     assert temperatures(1, 0.3, 1.2) == [0.3]
