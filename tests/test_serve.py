@@ -213,6 +213,13 @@ def test_ray_serve_app_over_http_scores_like_in_process(rollouts, ray_local, top
         base = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{base}/v1/healthz").status_code == 200
         assert httpx.post(f"{base}/v1/score/trajectory", json=body(scenarios[0], trajectories[0])).status_code == 401
+        # a trajectory that does not fit its scenario: a 422 naming why, with nothing of Ray's in it
+        misfit = body(scenarios[0], trajectories[0])
+        misfit["scenario"]["environment"] = {"benchmark": "no-such-benchmark"}
+        rejected = httpx.post(f"{base}/v1/score/trajectory", json=misfit, timeout=60,
+                              headers={"Authorization": f"Bearer {TOKEN}"})
+        assert rejected.status_code == 422 and "no-such-benchmark" in rejected.text, rejected.text
+        assert not any(word in rejected.text for word in ("Ray", "pid=", "actor", "Traceback", "ip="))
         remote = HttpVerifier(base, TOKEN, batch_size=40).verify_many(scenarios[:100], trajectories[:100])
         local = evaluator.verifier.verify_many(scenarios[:100], trajectories[:100])
         for r, l in zip(remote, local, strict=True):
