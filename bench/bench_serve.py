@@ -45,8 +45,11 @@ def request_bodies(n: int) -> list[bytes]:
     from search.evaluate import Evaluator
     from verifiers.rules import RuleVerifier
 
+    # the bodies only need to be realistic trajectories to score: the fast label-reading models make them
+    oracle = {role: {"backend": "oracle"} for role in ("edge", "cloud", "user")}
     evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=n * 2, seed=4)),
-                          build_models(ModelsConfig.model_validate({"cache": {"enabled": False}})), RuleVerifier())
+                          build_models(ModelsConfig.model_validate({**oracle, "cache": {"enabled": False}})),
+                          RuleVerifier())
     policy = Policy(cloud_threshold=0.5, max_retries=1, fallback_mode="ask_user")
     scenarios = evaluator.scenarios("train")[:n]
     trajectories = evaluator.rollouts(policy, "train")[:n]
