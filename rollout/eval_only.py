@@ -19,7 +19,8 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from rollout.errors import FarInputError
@@ -45,17 +46,24 @@ class EvalOnlyRegistry:
             path = data_dir() / REGISTRY_NAME
         self.path = Path(path)
 
-    def _connect(self) -> sqlite3.Connection:
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A connection for one operation, closed after it (autocommit: each statement is its own write)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("CREATE TABLE IF NOT EXISTS eval_only (hash TEXT PRIMARY KEY, source TEXT NOT NULL)")
-        return connection
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("CREATE TABLE IF NOT EXISTS eval_only (hash TEXT PRIMARY KEY, source TEXT NOT NULL)")
+            yield connection
+        finally:
+            connection.close()
 
     def add(self, scenarios: Iterable[Scenario], source: str) -> int:
         rows = [(content_hash(s), source) for s in scenarios]
         with self._connect() as connection:
+            connection.execute("BEGIN IMMEDIATE")
             connection.executemany("INSERT OR IGNORE INTO eval_only (hash, source) VALUES (?, ?)", rows)
+            connection.execute("COMMIT")
         return len(rows)
 
     def known(self, hashes: Sequence[str]) -> set[str]:
