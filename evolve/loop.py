@@ -212,6 +212,13 @@ class Evolution:
         rest = [s for s in train if s.id not in chosen]
         # early stopping is judged here: train data the repairs were not drawn from, never the holdout
         self.check = rng.sample(rest, min(config.check_size, len(rest)))
+        if not self.check:
+            raise FarInputError(f"the train split ({len(train)} scenarios) leaves none for the check slice after "
+                                f"dev_size {config.dev_size}: early stopping and the safety gate need it (lower "
+                                "dev_size or enlarge the suite)", field="dev_size")
+        if not any(s.ground_truth.unsafe or s.ground_truth.injected for s in self.check):
+            self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
+                          "cannot see own-ASR or own-HCR rise (raise check_size)")
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
@@ -391,9 +398,12 @@ class Evolution:
             })
             self.progress(f"  round {t}: {len(failures)} failures, {len(buffer)} repairs kept, distinct "
                           f"{distinct:.2f}; holdout {_line(after['overall'])} ({time.perf_counter() - round_started:.0f}s)")
+            if raised:
+                stopped = f"round {t} rolled back ({raised}): the model kept is round {t - 1}'s"
+                break
             gain = check - best
             best = max(best, check)
-            if gain < config.min_improvement:
+            if not gain >= config.min_improvement:  # NaN (nothing measurable) stops too
                 stopped = (f"mean r_PF on the check slice (train) improved by {gain:.3f} < {config.min_improvement} "
                            f"in round {t}")
                 break

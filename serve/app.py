@@ -109,7 +109,8 @@ class PolicyScorer:
         from serve.jobs import JobStore, JobWorker
 
         jobs = config.jobs
-        self.store = JobStore(config.jobs_database(), lease_s=jobs.lease_s, max_attempts=jobs.max_attempts)
+        self.store = JobStore(config.jobs_database(), lease_s=jobs.lease_s, max_attempts=jobs.max_attempts,
+                              scope=config.jobs_scope())
         # this replica's worker: runs its own submissions, and any job a stopped replica left behind
         self.worker = JobWorker(self.store, self._run, owner=uuid.uuid4().hex, retention_s=jobs.retention_s,
                                 max_jobs=jobs.max_jobs, describe_error=_job_error).start()
@@ -222,7 +223,7 @@ class Guard:
                 if len(body) > limit:
                     await _reply(send, 413, {"detail": f"request body over {limit} bytes"})
                     return
-            problem = body_problem(body) if "json" in headers.get("content-type", "json") else None
+            problem = body_problem(body)  # every body, whatever its content-type says: the routes read JSON
             if problem is not None:
                 await _reply(send, 422, {"detail": [{"loc": ["body"], "msg": problem, "type": "invalid_body"}]})
                 return
@@ -339,7 +340,7 @@ def create_api(backend_of: Any) -> FastAPI:
         except UnknownSuite:
             raise HTTPException(404, f"unknown suite {body.suite!r}") from None
         if size > backend_of().config.sync_limit:
-            job = scorer.submit(body)
+            job = await asyncio.to_thread(scorer.submit, body)
             return JSONResponse(job.model_dump(mode="json"), status_code=202,
                                 headers={"Location": f"/v1/jobs/{job.job_id}"})
         return await asyncio.to_thread(scorer.score, body)
@@ -509,7 +510,13 @@ def app_builder(args: dict[str, Any]):
 
     path = Path(args.get("config", "configs/serve.yaml"))
     config = load_serve_config(path).with_absolute_paths()
-    token = os.environ.pop(config.auth.token_env, None) or None  # out of the environment Ray's processes inherit
+    # ``serve run`` starts Ray before this runs, so its processes may already hold the token: ``far serve``
+    # takes it out of the environment first, and is the way to run with a token
+    token = os.environ.pop(config.auth.token_env, None) or None
+    from serve.schemas import MIN_TOKEN_LENGTH
+
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise RuntimeError(f"the token in {config.auth.token_env} is shorter than {MIN_TOKEN_LENGTH} characters")
     if config.token_required() and not token:
         raise RuntimeError(f"{config.host} is not a loopback address: set {config.auth.token_env}")
     return build_app(config, token if config.token_required() else None, path.resolve().parent)

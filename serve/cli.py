@@ -12,15 +12,13 @@ from typing import Any
 from rollout.errors import FarInputError
 
 
-MIN_TOKEN_LENGTH = 32  # e.g. 32 random bytes, URL-safe base64: 43 characters
-MAKE_TOKEN = "make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from serve.schemas import load_serve_config
+    from serve.schemas import MAKE_TOKEN, MIN_TOKEN_LENGTH, load_serve_config
 
     config = load_serve_config(args.config).with_absolute_paths()
     if args.host:

@@ -11,6 +11,7 @@ are pruned.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -31,6 +32,8 @@ class JobRecord:
     updated: float
     attempts: int  # claims so far (more than one: a replica running it stopped)
 
+logger = logging.getLogger("far.serve.jobs")
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
     job_id TEXT PRIMARY KEY,
@@ -39,6 +42,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     result TEXT,
     error TEXT,
     owner TEXT,
+    scope TEXT NOT NULL DEFAULT '',
     lease_until REAL,
     attempts INTEGER NOT NULL DEFAULT 0,
     created REAL NOT NULL,
@@ -52,14 +56,21 @@ class JobStore:
     """The job table. Every method is one short transaction, so several replicas (processes) share the file."""
 
     def __init__(self, path: str | Path, lease_s: float = 30.0, max_attempts: int = 3,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, scope: str = "") -> None:
         self.path = Path(path)
+        # jobs are claimed only by replicas of the same scope (a fingerprint of the service's config): a job is
+        # never re-run under another config that happens to share the database file
+        self.scope = scope
         self.lease_s = lease_s
         self.max_attempts = max_attempts
         self.clock = clock
         self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._connection().executescript(SCHEMA)
+        connection = self._connection()
+        connection.executescript(SCHEMA)
+        columns = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
+        if "scope" not in columns:  # a database written before jobs had a scope
+            connection.execute("ALTER TABLE jobs ADD COLUMN scope TEXT NOT NULL DEFAULT ''")
 
     def _connection(self) -> sqlite3.Connection:
         connection = getattr(self._local, "connection", None)
@@ -76,8 +87,8 @@ class JobStore:
     def create(self, job_id: str, request: Any) -> JobRecord:
         now = self.clock()
         with self._connect() as connection:
-            connection.execute("INSERT INTO jobs (job_id, status, request, created, updated) VALUES (?, 'queued', ?, "
-                               "?, ?)", (job_id, json.dumps(request), now, now))
+            connection.execute("INSERT INTO jobs (job_id, status, request, scope, created, updated) VALUES (?, "
+                               "'queued', ?, ?, ?, ?)", (job_id, json.dumps(request), self.scope, now, now))
         return self.get(job_id)  # type: ignore[return-value]
 
     def get(self, job_id: str) -> JobRecord | None:
@@ -96,8 +107,9 @@ class JobStore:
             now = self.clock()
             with self._connect() as connection:
                 row = connection.execute(
-                    "SELECT job_id, request, attempts FROM jobs WHERE status = 'queued' OR (status = 'running' AND "
-                    "lease_until < ?) ORDER BY created, job_id LIMIT 1", (now,)).fetchone()
+                    "SELECT job_id, request, attempts FROM jobs WHERE scope = ? AND (status = 'queued' OR "
+                    "(status = 'running' AND lease_until < ?)) ORDER BY created, job_id LIMIT 1",
+                    (self.scope, now)).fetchone()
                 if row is None:
                     return None
                 job_id, request, attempts = row
@@ -136,16 +148,16 @@ class JobStore:
 
     def prune(self, retention_s: float, max_jobs: int) -> int:
         """Delete finished jobs older than ``retention_s``, then the oldest finished ones beyond ``max_jobs``
-        jobs in all; queued and running jobs are never pruned."""
+        finished jobs; queued and running jobs are never pruned, nor counted."""
         now = self.clock()
         with self._connect() as connection:
             removed = connection.execute("DELETE FROM jobs WHERE status IN ('done', 'failed') AND updated < ?",
                                          (now - retention_s,)).rowcount
-            (total,) = connection.execute("SELECT COUNT(*) FROM jobs").fetchone()
-            if total > max_jobs:
+            (finished,) = connection.execute("SELECT COUNT(*) FROM jobs WHERE status IN ('done', 'failed')").fetchone()
+            if finished > max_jobs:
                 removed += connection.execute(
                     "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE status IN ('done', 'failed') "
-                    "ORDER BY updated, job_id LIMIT ?)", (total - max_jobs,)).rowcount
+                    "ORDER BY updated, job_id LIMIT ?)", (finished - max_jobs,)).rowcount
         return removed
 
     @staticmethod
@@ -169,7 +181,14 @@ class _Transaction:
         return self.connection
 
     def __exit__(self, kind: Any, error: Any, trace: Any) -> None:
-        self.connection.execute("COMMIT" if kind is None else "ROLLBACK")
+        if kind is None:
+            try:
+                self.connection.execute("COMMIT")
+                return
+            except sqlite3.Error:
+                self.connection.execute("ROLLBACK")  # never leave the connection inside a transaction
+                raise
+        self.connection.execute("ROLLBACK")
 
 
 class JobWorker:
@@ -207,22 +226,31 @@ class JobWorker:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.store.prune(self.retention_s, self.max_jobs)
-            while not self._stop.is_set() and (claimed := self.store.claim(self.owner)) is not None:
-                job_id, request = claimed
-                self._current = job_id
-                try:
-                    result = self.run(request)
-                except Exception as error:  # reported as the job's reason, never as a trace
-                    self.store.fail(job_id, self.owner, self.describe_error(error))
-                else:
-                    self.store.finish(job_id, self.owner, result)
-                finally:
-                    self._current = None
+            try:
+                self._drain()
+            except Exception as error:  # the store failed (locked, disk full): keep the worker, retry next poll
+                logger.error("policy job worker: %s; retrying in %.0f s", type(error).__name__, self.poll_s)
             self._wake.wait(self.poll_s)
             self._wake.clear()
+
+    def _drain(self) -> None:
+        self.store.prune(self.retention_s, self.max_jobs)
+        while not self._stop.is_set() and (claimed := self.store.claim(self.owner)) is not None:
+            job_id, request = claimed
+            self._current = job_id
+            try:
+                result = self.run(request)
+            except Exception as error:  # reported as the job's reason, never as a trace
+                self.store.fail(job_id, self.owner, self.describe_error(error))
+            else:
+                self.store.finish(job_id, self.owner, result)
+            finally:
+                self._current = None
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.store.lease_s / 3):
             if (job_id := self._current) is not None:
-                self.store.renew(job_id, self.owner)
+                try:
+                    self.store.renew(job_id, self.owner)
+                except Exception as error:  # a missed renewal only risks a take-over, never a lost job
+                    logger.error("policy job lease renewal: %s", type(error).__name__)

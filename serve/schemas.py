@@ -1,7 +1,9 @@
 """Request and response bodies of FAR's REST API (``/v1``), and the service's configuration."""
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +21,8 @@ from verifiers.ensemble import EnsembleConfig
 from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict
 
 MAX_BATCH = 256
+MIN_TOKEN_LENGTH = 32  # e.g. 32 random bytes, URL-safe base64: 43 characters
+MAKE_TOKEN = "make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 class AuthConfig(BaseModel):
@@ -33,7 +37,8 @@ class JobsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     database: str | None = Field(None, description="a SQLite file path or sqlite:///PATH URL (relative: to the "
                                  "working directory); default <output>/jobs.sqlite")
-    retention_s: float = Field(7 * 86400.0, ge=0, allow_inf_nan=False, description="finished jobs kept this long")
+    retention_s: float = Field(7 * 86400.0, ge=60, allow_inf_nan=False, description="finished jobs kept this long "
+                               "(at least a minute, so a client polling a job sees it finish)")
     max_jobs: int = Field(10_000, ge=1, description="finished jobs beyond this many are pruned, oldest first")
     lease_s: float = Field(30.0, gt=0, allow_inf_nan=False, description="a running job whose replica has not "
                            "renewed it for this long is taken up by another replica")
@@ -98,6 +103,12 @@ class ServeConfig(BaseModel):
         else:
             path = Path(self.output).expanduser() / "jobs.sqlite"
         return path if path.is_absolute() else (base or Path.cwd()) / path
+
+    def jobs_scope(self) -> str:
+        """What a job's result depends on (suites, models, verifier, rewards, costs, gate): jobs are claimed
+        only by services with the same, so a shared job database never re-runs a job under another config."""
+        scoring = self.model_dump(mode="json", include={"suites", "models", "verifier", "rewards", "costs", "gate"})
+        return hashlib.sha256(json.dumps(scoring, sort_keys=True).encode()).hexdigest()[:16]
 
     def with_absolute_paths(self) -> "ServeConfig":
         """This config with the job database fixed to an absolute path: the replicas run elsewhere (their working

@@ -149,6 +149,11 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
     assert all(torch.equal(before[n], after[n]) for n in before)  # the round's update is undone
 
 
+def test_a_train_split_with_no_room_for_the_check_slice_is_refused(tmp_path):
+    with pytest.raises(FarInputError, match="check slice"):
+        Evolution(tiny_config(tmp_path, dev_size=10_000))
+
+
 def test_temperature_schedule_spans_the_range():
     assert temperatures(4, 0.3, 1.2) == pytest.approx([0.3, 0.6, 0.9, 1.2])
     assert temperatures(1, 0.3, 1.2) == [0.3]

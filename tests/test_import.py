@@ -113,6 +113,27 @@ def test_eval_only_by_line_header_and_flag_is_kept_in_parquet(tmp_path):
     assert not any(s.eval_only for s in fresh.scenarios)
 
 
+def test_the_eval_only_header_fails_closed(tmp_path):
+    import pytest
+
+    from rollout.errors import FarInputError
+    from rollout.eval_only import EvalOnlyRegistry
+
+    rows = eval_only_rows(4)
+    late = tmp_path / "late.jsonl"  # a header after some lines still marks every line
+    late.write_text("\n".join([rows[0], rows[1], '{"eval_only": true}', rows[2], rows[3]]) + "\n")
+    result = import_jsonl(late, registry=EvalOnlyRegistry(tmp_path / "r1.sqlite"))
+    assert len(result.scenarios) == 4 and all(s.eval_only for s in result.scenarios)
+    bom = tmp_path / "bom.jsonl"  # a byte-order mark before the header
+    bom.write_bytes(b"\xef\xbb\xbf" + ("\n".join(['{"eval_only": true}', *rows]) + "\n").encode())
+    result = import_jsonl(bom, registry=EvalOnlyRegistry(tmp_path / "r2.sqlite"))
+    assert not result.errors and all(s.eval_only for s in result.scenarios)
+    vague = tmp_path / "vague.jsonl"  # "yes" is not true: refused, not read as trainable
+    vague.write_text("\n".join(['{"eval_only": "yes"}', *rows]) + "\n")
+    with pytest.raises(FarInputError, match="true or false"):
+        import_jsonl(vague, registry=EvalOnlyRegistry(tmp_path / "r3.sqlite"))
+
+
 def test_a_renamed_eval_only_file_is_refused_at_load_before_any_work(tmp_path):
     (tmp_path / "private.jsonl").write_text("\n".join(eval_only_rows()) + "\n")
     marked = far(["import-scenarios", "private.jsonl", "--output", "private.parquet", "--eval-only"], tmp_path)

@@ -69,7 +69,8 @@ def test_pruning_keeps_unfinished_jobs_and_honours_retention_and_the_cap(tmp_pat
         clock.now += 1
         store.finish(f"j{index}", "r", {"i": index})
     store.claim("r")
-    assert store.prune(retention_s=1e9, max_jobs=4) == 2  # the two oldest finished go
+    assert store.prune(retention_s=1e9, max_jobs=4) == 0  # 4 finished: within the cap (unfinished not counted)
+    assert store.prune(retention_s=1e9, max_jobs=2) == 2  # the two oldest finished go
     assert [store.get(f"j{i}") is None for i in range(6)] == [True, True, False, False, False, False]
     clock.now += 100
     assert store.prune(retention_s=50, max_jobs=100) == 2  # finished over 50 s ago
@@ -102,6 +103,42 @@ def test_replicas_claiming_at_once_run_every_job_exactly_once(jobs, replicas):
         thread.join()
     assert sorted(ran) == sorted(f"j{i}" for i in range(jobs))
     assert JobStore(store_path).counts() == {"done": jobs}
+
+
+def test_jobs_are_claimed_only_by_services_of_the_same_config(tmp_path):
+    path = tmp_path / "jobs.sqlite"
+    JobStore(path, scope="config-a").create("a", {"x": 1})
+    assert JobStore(path, scope="config-b").claim("b-replica") is None  # never re-run under another config
+    assert JobStore(path, scope="config-b").get("a").status == "queued"  # still known: no 404
+    assert JobStore(path, scope="config-a").claim("a-replica") == ("a", {"x": 1})
+    a = serve_config(tmp_path)
+    assert a.jobs_scope() == serve_config(tmp_path).model_copy(update={"port": 9}).jobs_scope()  # not scoring
+    assert a.jobs_scope() != a.model_copy(update={"suites": {}}).jobs_scope()
+
+
+def test_a_worker_outlives_a_failing_store(tmp_path):
+    store = JobStore(tmp_path / "jobs.sqlite")
+    failures = iter([RuntimeError("database is locked")])
+    real_prune = store.prune
+
+    def flaky_prune(*args):
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return real_prune(*args)
+
+    store.prune = flaky_prune
+    worker = JobWorker(store, lambda request: {"ok": request}, owner="w", poll_s=0.05).start()
+    try:
+        time.sleep(0.2)  # the first drain failed; the worker must still be there
+        store.create("after", {"n": 1})
+        worker.notify()
+        deadline = time.time() + 20
+        while time.time() < deadline and store.get("after").status != "done":
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+    assert store.get("after").status == "done"
 
 
 def test_a_worker_runs_jobs_and_records_a_failure_with_its_reason(tmp_path):
@@ -145,7 +182,7 @@ def test_a_job_left_running_by_a_stopped_service_is_resumed_by_the_next(tmp_path
     request = {"policy": {"cloud_threshold": 0.6}, "suite": "small", "split": "train", "limit": 50}
     config = serve_config(tmp_path, lease_s=0.5)
     # the first service accepted the job and stopped mid-run: its record says running, its lease runs out
-    store = JobStore(config.jobs_database(), lease_s=0.5)
+    store = JobStore(config.jobs_database(), lease_s=0.5, scope=config.jobs_scope())
     store.create("left-behind", request)
     assert store.claim("stopped-replica")[0] == "left-behind"
     api = TestClient(create_api(lambda backend=LocalBackend(config): backend), raise_server_exceptions=False)

@@ -107,6 +107,9 @@ def test_non_finite_numbers_are_422_not_500(rollouts, number):
     response = api.post("/v1/score/policy", content=policy.encode(), headers={"content-type": "application/json"})
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["loc"] == ["body"] and "JSON" in response.json()["detail"][0]["msg"]
+    for content_type in ("Application/JSON", "text/plain"):  # whatever the header says, the body is checked
+        response = api.post("/v1/score/policy", content=policy.encode(), headers={"content-type": content_type})
+        assert response.status_code == 422, (content_type, response.text)
     text = json.dumps(body(scenarios[0], trajectories[0])).replace('"cost": ', f'"cost": {number}, "x": ', 1)
     response = api.post("/v1/score/trajectory", content=text.encode(), headers={"content-type": "application/json"})
     assert response.status_code == 422

@@ -66,7 +66,8 @@ USER_BACKENDS: Registry[Factory] = Registry("backend", "far.user_backends", {
 
 # backends that fit nothing on data (every other one, plugins included, is assumed to fit on its train split:
 # evaluation-only data is then kept from it, ``search.config.check_fit_data``)
-UNFITTED_BACKENDS = frozenset({"oracle", "simulated", "calibrated", "approves", *CLOUD_LM_DEFAULTS})
+UNFITTED_BACKENDS = {"edge": frozenset({"oracle", "simulated", "calibrated"}),  # edge lm/smollm2 fit Platt scaling
+                     "cloud": frozenset({"oracle", "simulated", "calibrated", *CLOUD_LM_DEFAULTS})}
 
 
 def _build(registry: Registry[Factory], spec: BackendSpec, where: str, context: BuildContext):

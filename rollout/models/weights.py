@@ -54,8 +54,8 @@ class LocalModel:
         return f"{self.name}@{self.weights_sha256[:16]}"
 
     def tokenizer_sha256(self) -> str:
-        """SHA-256 over the tokenizer's files and the chat template, as present in the folder: an edited
-        template is another model as far as cached answers go."""
+        """SHA-256 over the tokenizer's files, the chat template and the model and generation configs, as present
+        in the folder: an edited template (or default sampling) is another model as far as cached answers go."""
         digest = hashlib.sha256()
         for name in TOKENIZER_FILES:
             file = self.path / name
@@ -70,9 +70,10 @@ class LocalModel:
         return f"{self.model_id}/tokenizer@{self.tokenizer_sha256()[:12]}/{engine}@{settings}"
 
 
-# the files whose bytes decide how text becomes tokens and how a chat becomes a prompt
+# the files whose bytes decide how text becomes tokens, how a chat becomes a prompt, and the engine's defaults
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model")
+                   "chat_template.json", "vocab.json", "merges.txt", "tokenizer.model", "config.json",
+                   "generation_config.json")
 
 
 @contextmanager

@@ -16,8 +16,8 @@ JSONL, one scenario per line:
      "split": "train" | "holdout",                    # optional: default a hash of (seed, id)
      "eval_only": true}                               # optional: evaluated, never fitted on (rollout.eval_only)
 
-A first line ``{"eval_only": true}`` (a header: nothing else on it) marks the whole file evaluation-only, as
-``far import-scenarios --eval-only`` does. Every evaluation-only scenario's content is recorded in the
+A line ``{"eval_only": true}`` (a header: nothing else on it; the first line by convention, honoured anywhere)
+marks the whole file evaluation-only, as ``far import-scenarios --eval-only`` does. Every evaluation-only scenario's content is recorded in the
 evaluation-only registry, and a line whose content is already there is marked evaluation-only whatever the
 file says: a renamed or stripped copy stays evaluation-only.
 
@@ -119,7 +119,7 @@ def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0, hold
                 progress(f"  {path.name}: {number} lines read, {len(result.scenarios)} scenarios")
             where = f"{path}:{number}"
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a byte-order mark on line 1 is fine
             except UnicodeDecodeError as error:
                 result.errors.append(f"{where}: not UTF-8 (byte {error.start + 1} of the line)")
                 continue
@@ -130,8 +130,11 @@ def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0, hold
             except json.JSONDecodeError as error:
                 result.errors.append(f"{where}: invalid JSON ({error.msg})")
                 continue
-            if _is_header(data) and not seen and not result.errors:
-                eval_only = eval_only or data["eval_only"] is True
+            if _is_header(data):  # wherever it stands: this guard fails closed
+                if not isinstance(data["eval_only"], bool):
+                    raise FarInputError(f"the header's eval_only must be true or false, not {data['eval_only']!r}",
+                                        file=path, row=number, field="eval_only")
+                eval_only = eval_only or data["eval_only"]
                 continue
             try:
                 row = ImportRow.model_validate(data)
@@ -145,6 +148,8 @@ def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0, hold
                 continue
             seen.add(scenario_id)
             result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction, eval_only))
+    if eval_only:  # a header anywhere (or the flag) marks every line, those read before it too
+        result.scenarios = [s.model_copy(update={"eval_only": True}) for s in result.scenarios]
     known = registry.known([content_hash(s) for s in result.scenarios])
     for index, scenario in enumerate(result.scenarios):
         if not scenario.eval_only and content_hash(scenario) in known:
