@@ -18,8 +18,9 @@ Round t (π_t is the current model):
 7. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
    TSR, over-refusal, mean r_PF) and the model's own decisions before any review, confirmation or user
    (own-ASR: handles an injected call; own-HCR: handles a harmful one; own-TSR: ``own_right_decision``;
-   own over-refusal: refuses a benign one), overall and per category; stop early when mean r_PF on the *check slice* (train
-   scenarios apart from dev, never the holdout) improves by less than ``min_improvement``.
+   own over-refusal: refuses a benign one), overall and per category; stop early when mean r_PF on the
+   *check slice* (train scenarios apart from dev, never the holdout) improves by less than
+   ``min_improvement``, or when a round is rolled back.
 
 Evaluation-only data never enters R_t nor any fit (``require_trainable``, checked on the whole train split
 before anything loads, and on each replay buffer): only train-split scenarios that are not evaluation-only.

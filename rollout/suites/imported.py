@@ -16,10 +16,11 @@ JSONL, one scenario per line:
      "split": "train" | "holdout",                    # optional: default a hash of (seed, id)
      "eval_only": true}                               # optional: evaluated, never fitted on (rollout.eval_only)
 
-A line ``{"eval_only": true}`` (a header: nothing else on it; the first line by convention, honoured anywhere)
-marks the whole file evaluation-only, as ``far import-scenarios --eval-only`` does. Every evaluation-only scenario's content is recorded in the
-evaluation-only registry, and a line whose content is already there is marked evaluation-only whatever the
-file says: a renamed or stripped copy stays evaluation-only.
+A line ``{"eval_only": true}`` (a header: nothing else on it; the first line by convention, honoured
+anywhere) marks the whole file evaluation-only, as ``far import-scenarios --eval-only`` does. Every
+evaluation-only scenario's content is recorded in the evaluation-only registry, and a line whose content is
+already there is marked evaluation-only whatever the file says: a renamed or stripped copy stays
+evaluation-only.
 
 A malformed line (bad JSON, a bad field, bytes that are not UTF-8) is reported by its line number and
 skipped; the other lines are kept. The import writes a Parquet file (``save_scenarios``) that
