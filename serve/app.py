@@ -21,7 +21,7 @@ import json
 import logging
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -165,11 +165,11 @@ class PolicyScorer:
     def submit(self, request: ScorePolicyRequest) -> JobStatus:
         record = self.store.create(uuid.uuid4().hex, request.model_dump(mode="json"))
         self.worker.notify()
-        return JobStatus.model_validate(self.store.as_dict(record))
+        return JobStatus.model_validate(asdict(record))
 
     def job(self, job_id: str) -> JobStatus | None:
         record = self.store.get(job_id)
-        return JobStatus.model_validate(self.store.as_dict(record)) if record is not None else None
+        return JobStatus.model_validate(asdict(record)) if record is not None else None
 
 
 def _job_error(error: BaseException) -> str:

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,10 +159,6 @@ class JobStore:
                     "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs WHERE status IN ('done', 'failed') "
                     "ORDER BY updated, job_id LIMIT ?)", (finished - max_jobs,)).rowcount
         return removed
-
-    @staticmethod
-    def as_dict(record: JobRecord) -> dict[str, Any]:
-        return asdict(record)
 
     def counts(self) -> dict[str, int]:
         with self._connect() as connection:

@@ -90,10 +90,13 @@ class MiniLMEncoder:
 
 
 class SmolLM2Encoder:
-    def __init__(self, layer: int = 20, max_tokens: int = 192, batch_size: int = 16, threads: int = 1) -> None:
+    """``weights``: another local decoder-only model to read the hidden states of (default SmolLM2-135M)."""
+
+    def __init__(self, layer: int = 20, max_tokens: int = 192, batch_size: int = 16, threads: int = 1,
+                 weights: Any = None) -> None:
         from rollout.models.weights import smollm2
 
-        self.weights = smollm2()
+        self.weights = weights or smollm2()
         self.layer = layer
         self.max_tokens = max_tokens
         self.batch_size = batch_size
