@@ -35,7 +35,7 @@ def _umask() -> int:
     return mask
 
 
-def _atomic_write(path: str | Path, write: Callable[[str], None]) -> Path:
+def write_atomic(path: str | Path, write: Callable[[str], None]) -> Path:
     """Write through ``write(tmp_path)`` then rename over ``path``: readers see the old or the new file, never half.
     The file gets the permissions a plain ``open`` would give it (0666 less the umask), not mkstemp's 0600."""
     path = Path(path)
@@ -60,7 +60,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write(text)
 
-    return _atomic_write(path, write)
+    return write_atomic(path, write)
 
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
@@ -70,7 +70,7 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
 def write_parquet_atomic(path: str | Path, table: Any) -> Path:
     import pyarrow.parquet as pq
 
-    return _atomic_write(path, lambda tmp: pq.write_table(table, tmp))
+    return write_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def load_mapping(path: str | Path) -> dict[str, Any]:
