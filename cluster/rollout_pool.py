@@ -2,9 +2,10 @@
 through the object store), walks the agent for a policy over a chunk of scenarios and verifies the rollouts.
 
 A trial sends its policy to the pool as chunks (>= 50 scenarios each, so Ray's ~1 ms per call stays small),
-pipelined over the actors, and merges the verdicts in chunk order. An actor that dies mid-chunk is restarted
-(``max_restarts``) and the chunk retried once (``max_task_retries``); each chunk's result is taken exactly
-once, so no rollout is lost or counted twice.
+pipelined over the actors, and merges the verdicts in chunk order. The actors are placed round-robin over the
+cluster's nodes. An actor whose process dies mid-chunk is restarted (``max_restarts``) and the chunk retried
+once (``max_task_retries``); one whose node died is replaced by an actor placed anywhere, and its chunks are
+sent again. Each chunk's result is taken exactly once, so no rollout is lost or counted twice.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rollout.agent import Costs, build_graph, rollout_prepared
 from rollout.policy import Policy
@@ -20,6 +22,7 @@ from verifiers.rules import Verifier, verify_all
 from verifiers.verdict import Verdict
 
 MIN_CHUNK = 50
+MAX_REPLACEMENTS = 3  # actors replaced per evaluation before giving up
 
 
 @ray.remote(max_restarts=-1, max_task_retries=1)
@@ -35,6 +38,9 @@ class RolloutActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
 
     def evaluate(self, policy: Policy, split: str, start: int, stop: int) -> tuple[list[Verdict], list[float]]:
         import gc
@@ -64,11 +70,18 @@ class RolloutPool:
             raise ValueError(f"chunk_size must be >= {MIN_CHUNK}")
         self.sizes = {split: len(calls) for split, calls in calls_by_split.items()}
         self.chunk_size = chunk_size
-        refs = {split: ray.put(calls) for split, calls in calls_by_split.items()}
+        self.verifier, self.costs, self.engine = verifier, costs, engine
+        self._refs = {split: ray.put(calls) for split, calls in calls_by_split.items()}  # alive for restarts
+        # round-robin over the nodes, pinned: Ray's SPREAD, and soft affinity, often pack them all on the head
+        nodes = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
+        self.actors = [self._spawn(nodes[i % len(nodes)]) for i in range(actors)]
+
+    def _spawn(self, node: str | None = None) -> Any:
         # num_cpus=0: the actors do the work while trials wait on them; reserving CPUs for both deadlocks a
         # 2-core machine (see stack notes)
-        self.actors = [RolloutActor.options(num_cpus=0).remote(refs, verifier, costs, engine) for _ in range(actors)]
-        self._refs = refs  # keep the data alive for restarts
+        strategy = NodeAffinitySchedulingStrategy(node, soft=False) if node is not None else "DEFAULT"
+        return RolloutActor.options(num_cpus=0, scheduling_strategy=strategy).remote(
+            self._refs, self.verifier, self.costs, self.engine)
 
     def chunks(self, split: str) -> list[tuple[int, int]]:
         size = self.sizes[split]
@@ -76,14 +89,41 @@ class RolloutPool:
 
     def evaluate(self, policy: Policy, split: str) -> tuple[list[Verdict], list[float]]:
         """Verdicts and costs for every scenario of the split, in scenario order."""
-        pending = [self.actors[i % len(self.actors)].evaluate.remote(policy, split, start, stop)
-                   for i, (start, stop) in enumerate(self.chunks(split))]
+        chunks = self.chunks(split)
+        results: list[Any] = [None] * len(chunks)
+        todo = list(range(len(chunks)))
+        for _ in range(MAX_REPLACEMENTS + 1):
+            pending = {i: self.actors[i % len(self.actors)].evaluate.remote(policy, split, *chunks[i]) for i in todo}
+            todo = []
+            for i, ref in pending.items():
+                try:
+                    results[i] = ray.get(ref)
+                except ray.exceptions.RayActorError:  # its node is gone (a dead process was restarted and retried)
+                    todo.append(i)
+            if not todo:
+                break
+            for slot in {i % len(self.actors) for i in todo}:
+                ray.kill(self.actors[slot], no_restart=True)
+                self.actors[slot] = self._spawn()  # anywhere: its node may be gone
+        else:
+            raise RuntimeError(f"rollout actors lost {MAX_REPLACEMENTS + 1} times in a row")
         verdicts: list[Verdict] = []
         costs: list[float] = []
-        for chunk_verdicts, chunk_costs in ray.get(pending):
+        for chunk_verdicts, chunk_costs in results:
             verdicts.extend(chunk_verdicts)
             costs.extend(chunk_costs)
         return verdicts, costs
+
+    def nodes(self) -> list[str]:
+        """The Ray node each actor runs on (as of now: a restarted actor may have moved); "lost" for an actor
+        whose node is gone (a trial replaces it in its own copy of the pool)."""
+        found = []
+        for actor in self.actors:
+            try:
+                found.append(ray.get(actor.node.remote(), timeout=30))
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                found.append("lost")
+        return found
 
     def shutdown(self) -> None:
         for actor in self.actors:

@@ -238,9 +238,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     _progress(f"FAR search: {settings.method}, budget {settings.budget}, space of {loaded.space.grid_size()} grid "
               f"points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "
-              f"{len(suite.scenarios('holdout'))}); {settings.actors} rollout actors")
-    calls = {split: evaluator.prepared(split) for split in SPLITS}
-    pool = RolloutPool(calls, evaluator.verifier, config.costs, config.engine, settings.actors, settings.chunk_size)
+              f"{len(suite.scenarios('holdout'))}); "
+              + ("columnar engine" if config.engine == "columnar" else f"{settings.actors} rollout actors"))
+    if config.engine == "columnar":  # trials evaluate column-wise in their own processes: no rollout actors
+        pool: Any = evaluator.columnar()
+    else:
+        calls = {split: evaluator.prepared(split) for split in SPLITS}
+        pool = RolloutPool(calls, evaluator.verifier, config.costs, config.engine, settings.actors,
+                           settings.chunk_size)
     proposer = None
     if settings.method == "llm":
         spec, actor = proposer_engine(config, "llm" in (loaded.raw.get("search") or {}))
@@ -252,6 +257,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                    verbose=0 if args.quiet else 1)
     if not run.trials:
         raise FarInputError("no trial finished: see the Tune log above", field="search")
+    if run.failed:
+        _progress(f"warning: {run.failed} trial(s) failed after {settings.trial_retries} retries and are left out")
 
     board = build_leaderboard(run.trials, evaluator, config.gate, settings.top_k)
     leaderboard = board.entries()
@@ -320,6 +327,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                    "fit": evaluator.fit_report},
         "engine": config.engine,
         "trials": len(run.trials),
+        "failed_trials": run.failed,
         "searcher": run.searcher_counts,
         "winner": {"policy": winner.model_dump(mode="json"), "rank": chosen + 1, "deployable": board.deployable,
                    "train": winner_train.model_dump(mode="json"), "holdout": winner_holdout.model_dump(mode="json")},
@@ -333,8 +341,14 @@ def cmd_search(args: argparse.Namespace) -> int:
     }
     # summary.json holds no figure of this run's circumstances (time, a warm cache): same config and seed, same file
     write_json_atomic(out / "summary.json", summary)
+    import ray
+
+    placement = {"cluster_nodes": sum(node["Alive"] for node in ray.nodes()),
+                 "rollout_actor_nodes": pool.nodes() if isinstance(pool, RolloutPool) else [],
+                 "trial_nodes": sorted({t.metrics.get("node", "") for t in run.trials})}
     write_json_atomic(out / "run_stats.json", {"seconds": round(time.perf_counter() - started, 3),
-                                               "tune_seconds": round(run.seconds, 3), "model_calls": calls_stats})
+                                               "tune_seconds": round(run.seconds, 3), "model_calls": calls_stats,
+                                               **placement})
     write_text_atomic(out / "report.html", render(f"FAR search: {settings.method}", summary, run.trials,
                                                   leaderboard, winner_train, winner_holdout,
                                                   Constraints.from_gate(config.gate)))
@@ -422,7 +436,8 @@ def add_commands(commands: Any) -> None:
     evaluate = commands.add_parser("evaluate", help="evaluate named policies on train and holdout, apply the gate")
     evaluate.add_argument("config", help="run configuration (YAML)")
     evaluate.add_argument("--output", help="output directory (default: the config's 'output')")
-    evaluate.add_argument("--engine", choices=["replay", "graph"], help="override the config's engine")
+    evaluate.add_argument("--engine", choices=["replay", "graph", "columnar"],
+                          help="override the config's engine")
     evaluate.set_defaults(handler=cmd_evaluate)
     search = commands.add_parser("search", help="search the policy space on Ray Tune; gate the winner on holdout")
     search.add_argument("config", help="search configuration (YAML)")

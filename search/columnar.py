@@ -56,6 +56,17 @@ COLUMNS = ("class_id", "risk", "edge_cost", *(f"cloud_cost_{m}" for m in range(C
 Batch = dict[str, np.ndarray]
 
 
+def suite_problem(suite: Any) -> str | None:
+    """Why a suite's scenarios cannot be evaluated column-wise (None: they can), before anything is recorded."""
+    if hasattr(suite, "prepare"):
+        return f"suite {getattr(suite, 'name', '?')} rolls out episodes in its own environment"
+    for split in ("train", "holdout"):
+        judged = next((s for s in suite.scenarios(split) if s.environment is not None), None)
+        if judged is not None:
+            return f"scenario {judged.id} is judged by its environment"
+    return None
+
+
 def unsupported(items: Sequence[Any], verifier: Any) -> str | None:
     """Why these prepared scenarios cannot be evaluated column-wise with this verifier (None: they can)."""
     if type(verifier) is not RuleVerifier:
@@ -234,18 +245,20 @@ class ColumnarEvaluator:
     costs: Costs = DEFAULT_COSTS
     templates: list[Template] = field(default_factory=list)
     walks: int = 0  # exemplar rollouts made (the compile cost of templates)
-    _maps: dict[tuple, np.ndarray] = field(default_factory=dict)  # discrete part -> key -> template (-1: none)
+    _maps: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # discrete part -> ``_map``
 
     @property
     def keys(self) -> int:
         return len(self.exemplars) * ROUTES
 
-    def _map(self, part: tuple) -> np.ndarray:
+    def _map(self, part: tuple) -> tuple[np.ndarray, np.ndarray]:
+        """(template id, cloud model calls) per key for a discrete part; -1: not walked yet."""
         found = self._maps.get(part)
-        if found is None or len(found) < self.keys:  # classes may grow as batches compile
-            grown = np.full(self.keys, -1, dtype=np.int64)
+        if found is None or len(found[0]) < self.keys:  # classes may grow as batches compile
+            grown = (np.full(self.keys, -1, dtype=np.int64), np.zeros(self.keys, dtype=np.int64))
             if found is not None:
-                grown[:len(found)] = found
+                for new, old in zip(grown, found):
+                    new[:len(old)] = old
             found = self._maps[part] = grown
         return found
 
@@ -285,17 +298,16 @@ class ColumnarEvaluator:
         risk = batch["risk"]
         keys = class_id * ROUTES + routes(risk, policy)
         part = discrete_part(policy)
-        mapping = self._map(part)
-        template_ids = mapping[keys]
-        missing = template_ids < 0
+        mapping, calls_by_key = self._map(part)
+        missing = mapping[keys] < 0
         if missing.any():
             unique, first = np.unique(keys[missing], return_index=True)
             rows = np.flatnonzero(missing)[first]
             for key, row in zip(unique.tolist(), rows.tolist()):
-                mapping[key] = len(self.templates)
-                self.templates.append(self._template(key, float(risk[row]), policy))
-            template_ids = mapping[keys]
-        model_calls = np.array([t.model_calls for t in self.templates], dtype=np.int64)[template_ids]
+                template = self._template(key, float(risk[row]), policy)
+                mapping[key], calls_by_key[key] = len(self.templates), template.model_calls
+                self.templates.append(template)
+        model_calls = calls_by_key[keys]
         capped = np.minimum(model_calls, CUM - 1)
         cloud = np.choose(capped, [batch[f"cloud_cost_{m}"] for m in range(CUM)])
         cloud = cloud + np.maximum(model_calls - (CUM - 1), 0) * batch["cloud_cost_last"]
@@ -317,7 +329,7 @@ class ColumnarEvaluator:
     def result(self, name: str, policy: Policy, split: str, totals: Totals, simulated: bool,
                confidence: float = 0.95, oracle: Sequence[str] = ()) -> PolicyResult:
         """The ``PolicyResult`` that ``search.results.aggregate`` gives for the same rollouts."""
-        mapping = self._map(discrete_part(policy))
+        mapping, _ = self._map(discrete_part(policy))
         used = np.flatnonzero(totals.key_counts)
         counts = totals.key_counts[used]
         templates = [self.templates[t] for t in mapping[used]]
@@ -350,3 +362,37 @@ class ColumnarEvaluator:
             z_mean={d: (float(s) / n if n else float("nan")) for d, s in zip(Z_DIMENSIONS, z_sums)},
             reward_lost=lost, simulated=simulated, oracle=tuple(oracle),
         )
+
+
+# per process: the templates of a ColumnarTrials, kept across the trials a Tune actor runs
+_EVALUATORS: dict[tuple[str, str], ColumnarEvaluator] = {}
+
+
+class ColumnarTrials:
+    """The columnar engine as Tune trials use it: the compiled splits travel once (numpy columns and a few
+    exemplars), and each worker process walks a template once, whatever the number of trials it runs."""
+
+    def __init__(self, compiled: dict[str, CompiledSplit], verifier: RuleVerifier, costs: Costs = DEFAULT_COSTS,
+                 confidence: float = 0.95) -> None:
+        import uuid
+
+        self.compiled = compiled
+        self.verifier = verifier
+        self.costs = costs
+        self.confidence = confidence
+        self.token = uuid.uuid4().hex
+
+    def shutdown(self) -> None:
+        """Nothing to stop (no actors): the same surface as ``cluster.rollout_pool.RolloutPool``."""
+
+    def evaluator(self, split: str) -> ColumnarEvaluator:
+        key = (self.token, split)
+        if key not in _EVALUATORS:
+            _EVALUATORS[key] = ColumnarEvaluator(self.compiled[split].exemplars, self.verifier, self.costs)
+        return _EVALUATORS[key]
+
+    def result(self, name: str, policy: Policy, split: str, simulated: bool,
+               oracle: Sequence[str] = ()) -> PolicyResult:
+        evaluator = self.evaluator(split)
+        [totals] = evaluator.evaluate([policy], self.compiled[split].batches())
+        return evaluator.result(name, policy, split, totals, simulated, self.confidence, oracle)

@@ -29,7 +29,8 @@ class RunConfig(BaseModel):
     rewards: dict[str, Any] | str | None = None  # an inline table or a path to one
     costs: Costs = Costs()
     gate: GateConfig = GateConfig()
-    engine: Literal["replay", "graph"] = "replay"
+    # columnar: search trials evaluated as array operations (search.columnar); rows still come from replay
+    engine: Literal["replay", "graph", "columnar"] = "replay"
     verifier: EnsembleConfig = EnsembleConfig()
 
 
@@ -67,6 +68,8 @@ class SearchSettings(BaseModel):
     actors: int = Field(2, ge=1, description="rollout actors")
     chunk_size: int = Field(200, ge=50, description="scenarios per actor call")
     trial_cpus: float = Field(0.5, gt=0.0, description="CPUs reserved per trial (rollout actors reserve none)")
+    trial_retries: int = Field(3, ge=0, le=100, description="times a trial is run again after its process or node "
+                                                            "died (Tune's FailureConfig.max_failures)")
     top_k: int = Field(5, ge=1, description="train-best policies re-evaluated on holdout")
     evolutionary: EvolutionSettings = EvolutionSettings()
     llm: ProposerSettings = ProposerSettings()
@@ -207,6 +210,26 @@ def check_suite(suite: Any, loaded: Loaded, gate: Any) -> None:
             f"the gate can never pass: with zero critical failures, a {gate.confidence:g} bound of {limit:g} "
             f"needs at least {needed} holdout scenarios and the suite has {holdout} (raise suite.size or "
             "suite.holdout_fraction, or relax the limit)", file=loaded.source, field="gate.max_critical_rate_upper")
+    check_engine(suite, loaded)
+
+
+def check_engine(suite: Any, loaded: Loaded) -> None:
+    """``engine: columnar`` covers ground-truth-judged scenarios scored by the rule verifier; say so before any
+    model runs, naming what is outside it."""
+    config = getattr(loaded, "config", None)
+    if getattr(config, "engine", None) != "columnar":
+        return
+    from search.columnar import suite_problem
+
+    verifier = config.verifier
+    problem = suite_problem(suite)
+    if verifier.endpoint:
+        problem = "the verifier is a remote endpoint"
+    elif verifier.members != ("rules",):
+        problem = f"the verifier ensemble {list(verifier.members)} judges each rollout with its members"
+    if problem is not None:
+        raise FarInputError(f"engine columnar needs ground-truth-judged scenarios and the rule verifier: {problem} "
+                            "(use engine: replay)", file=loaded.source, field="engine")
 
 
 class LoadedEvaluateConfig(Loaded):

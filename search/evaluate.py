@@ -2,6 +2,8 @@
 
 Engines: ``replay`` walks the agent's node functions over recorded model outputs (the default, fast);
 ``graph`` runs the compiled LangGraph agent with the models called live. Both give identical trajectories.
+``columnar`` (``search.columnar``) gives the same aggregates as array operations over the recorded outputs;
+where rollouts or rows are asked for, it replays.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from search.results import PolicyResult, aggregate, rollout_row
 from verifiers.rules import Verifier, verify_all
 from verifiers.verdict import Verdict
 
-Engine = Literal["replay", "graph"]
+Engine = Literal["replay", "graph", "columnar"]
 Progress = Callable[[str], None]
 
 
@@ -108,6 +110,7 @@ class Evaluator:
         self.confidence = confidence
         self.progress = progress  # progress(message) for long model work
         self._prepared: dict[str, list[Any]] = {}
+        self._columnar: dict[str, Any] = {}  # split -> ColumnarTrials (engine columnar)
         self._fitted = False
         self.fit_report: dict[str, Any] = {}  # what the learned backends were fitted on (set by ``fit``)
         self._holdout_content: set[tuple[str, str]] = set()
@@ -184,8 +187,24 @@ class Evaluator:
             self._prepared[split] = items
         return self._prepared[split]
 
+    def columnar(self) -> Any:
+        """The splits compiled to columns (``search.columnar.ColumnarTrials``), once; a one-line error where the
+        columnar engine does not apply (``search.config.check_engine`` says so earlier, from the config)."""
+        from rollout.errors import FarInputError
+        from rollout.scenario import SPLITS
+        from search.columnar import ColumnarTrials, compile_columns, unsupported
+
+        if not self._columnar:
+            prepared = {split: self.prepared(split) for split in SPLITS}
+            problem = next(filter(None, (unsupported(items, self.verifier) for items in prepared.values())), None)
+            if problem is not None:
+                raise FarInputError(f"engine columnar cannot evaluate this run: {problem}", field="engine")
+            self._columnar["trials"] = ColumnarTrials({split: compile_columns(items) for split, items in
+                                                       prepared.items()}, self.verifier, self.costs, self.confidence)
+        return self._columnar["trials"]
+
     def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
-        if self.engine == "replay":
+        if self.engine in ("replay", "columnar"):
             return replay_all(self.prepared(split), policy, self.costs)
         if hasattr(self.suite, "prepare"):  # episodes walk each guarded call through the LangGraph graph
             return rollout_prepared(self.prepared(split), policy, self.costs, build_graph(policy))
@@ -197,6 +216,11 @@ class Evaluator:
         return trajectories
 
     def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:
+        """One policy on a split; ``with_rows``: with a row per rollout (replayed under engine columnar, whose
+        evaluation without rows has aggregates only: no trajectories or verdicts)."""
+        if self.engine == "columnar" and not with_rows:
+            result = self.columnar().result(name, policy, split, self.models.simulated, self.models.oracle_roles)
+            return SplitEvaluation(result, [], [])
         scenarios = self.scenarios(split)
         trajectories = self.rollouts(policy, split)
         with gc_paused():
@@ -208,7 +232,8 @@ class Evaluator:
         if with_rows:
             oracle = ",".join(self.models.oracle_roles)  # "" = no model read the labels
             evaluation.rows = [
-                {**rollout_row(name, s, t, v, self.engine), "oracle": oracle}
+                {**rollout_row(name, s, t, v, "replay" if self.engine == "columnar" else self.engine),
+                 "oracle": oracle}
                 for s, t, v in zip(scenarios, trajectories, verdicts)
             ]
         return evaluation

@@ -12,21 +12,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 
-def _log_binom_cdf(k: int, n: int, p: float) -> float:
-    """log P(X <= k) for X ~ Binomial(n, p), summed in log space (stable for large n)."""
-    if p <= 0.0:
-        return 0.0
-    if p >= 1.0:
-        return 0.0 if k >= n else -math.inf
-    log_p, log_q = math.log(p), math.log1p(-p)
-    terms = [
-        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
-        for i in range(k + 1)
-    ]
-    top = max(terms)
-    return top + math.log(sum(math.exp(t - top) for t in terms))
-
-
 def clopper_pearson_upper(failures: int, trials: int, confidence: float = 0.95) -> float:
     """Exact one-sided upper bound u on a binomial rate: the largest p with P(X <= failures | p) >= 1 - confidence.
 
@@ -39,20 +24,11 @@ def clopper_pearson_upper(failures: int, trials: int, confidence: float = 0.95) 
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if trials == 0 or failures == trials:
         return 1.0
-    alpha = 1.0 - confidence
     if failures == 0:
-        return 1.0 - alpha ** (1.0 / trials)
-    low, high = failures / trials, 1.0
-    log_alpha = math.log(alpha)
-    for _ in range(200):  # bisection: the CDF falls as p grows
-        mid = (low + high) / 2
-        if _log_binom_cdf(failures, trials, mid) >= log_alpha:
-            low = mid
-        else:
-            high = mid
-        if high - low < 1e-12:
-            break
-    return high
+        return 1.0 - (1.0 - confidence) ** (1.0 / trials)
+    from scipy.stats import beta  # the inverse of the binomial CDF in p: Beta(k + 1, n - k)'s quantile
+
+    return float(beta.ppf(confidence, failures + 1, trials - failures))
 
 
 def holdout_needed(limit: float, confidence: float = 0.95) -> int:

@@ -15,11 +15,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
 from ray import tune
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
 
 from cluster.rollout_pool import RolloutPool
 from rollout.policy import Policy
+from search.columnar import ColumnarTrials
 from search.config import LoadedSearchConfig, SearchSettings
 from search.evolution import EvolutionarySearcher, RandomSearcher
 from search.rank import NO_CONSTRAINTS, Constraints, tune_score
@@ -43,16 +45,24 @@ def trial_metrics(result: PolicyResult, constraints: Constraints = NO_CONSTRAINT
     return metrics
 
 
-def evaluate_trial(config: dict[str, Any], pool: RolloutPool, space: PolicySpace, simulated: bool,
-                   constraints: Constraints = NO_CONSTRAINTS) -> None:
-    """The Tune trainable: one policy on the train split, through the rollout actors."""
+def trial_result(pool: RolloutPool | ColumnarTrials, policy: Policy, simulated: bool) -> PolicyResult:
+    """One policy on the train split: through the rollout actors, or column-wise in this trial's process."""
+    if isinstance(pool, ColumnarTrials):
+        return pool.result("trial", policy, "train", simulated)
+    verdicts, costs = pool.evaluate(policy, "train")
+    return aggregate("trial", policy, "train", verdicts, costs, simulated)
+
+
+def evaluate_trial(config: dict[str, Any], pool: RolloutPool | ColumnarTrials, space: PolicySpace,
+                   simulated: bool, constraints: Constraints = NO_CONSTRAINTS) -> None:
+    """The Tune trainable: one policy on the train split."""
     started, started_at = time.perf_counter(), time.time()
     policy = space.policy({name: config[name] for name in space.parameters})
-    verdicts, costs = pool.evaluate(policy, "train")
-    result = aggregate("trial", policy, "train", verdicts, costs, simulated)
+    result = trial_result(pool, policy, simulated)
     # eval_s and finished_at let a benchmark separate Tune's own overhead from the evaluation
     tune.report({**trial_metrics(result, constraints), "eval_s": time.perf_counter() - started,
-                 "started_at": started_at, "finished_at": time.time()})
+                 "started_at": started_at, "finished_at": time.time(),
+                 "node": ray.get_runtime_context().get_node_id()})
 
 
 def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any = None,
@@ -118,9 +128,10 @@ class SearchRun:
     trials: list[TrialRecord]
     searcher_counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    failed: int = 0  # trials that errored after all their retries
 
 
-def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, resume: bool,
+def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool | ColumnarTrials, simulated: bool, resume: bool,
              proposer_lm: Any = None, verbose: int = 1) -> SearchRun:
     settings = loaded.config.search
     space = loaded.space
@@ -145,12 +156,16 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
             param_space=param_space,
             tune_config=tune.TuneConfig(metric=METRIC, mode="max", search_alg=search_alg, num_samples=num_samples,
                                         max_concurrent_trials=settings.concurrency, reuse_actors=True),
-            run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=verbose),
+            # a trial whose node died is run again (its result is deterministic), never dropped or counted twice
+            run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=verbose,
+                                      failure_config=tune.FailureConfig(max_failures=settings.trial_retries)),
         )
     grid = tuner.fit()
     trials = []
+    failed = 0
     for result in grid:
         if result.error is not None or not result.metrics or "critical_failures" not in result.metrics:
+            failed += 1  # its retries spent (trial_retries): said in the output, never silently ranked
             continue
         params = {name: result.config[name] for name in space.parameters}
         trials.append(TrialRecord(
@@ -162,4 +177,4 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool, simulated: bool, res
     # counter across --resume, where it re-queues restored trials by their last result time)
     trials.sort(key=lambda t: suggestion_number(t.metrics.get("experiment_tag", "")))
     counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
-    return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started)
+    return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started, failed=failed)

@@ -96,3 +96,65 @@ def browser():
             "--disable-component-update", "--disable-sync"])
         yield launched
         launched.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RayNode:
+    """A Ray node started with ``ray start`` in a temp dir of its own (short: Ray's socket paths are capped), every
+    port its own (another Ray, e.g. the session's, may hold the defaults), stopped by killing exactly the
+    processes whose command line names that temp dir (``ray stop`` would stop every Ray of the user)."""
+
+    def __init__(self, env: dict[str, str], head_address: str | None = None, cpus: int = 1) -> None:
+        import subprocess
+        import sys
+        import time
+        from pathlib import Path
+
+        self.temp_dir = Path("/tmp") / f"far-{'w' if head_address else 'h'}-{os.getpid()}-{time.time_ns() % 10**9}"
+        bin_dir = Path(sys.executable).parent
+        ports = [f"--{name}={free_port()}" for name in (
+            "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+            "runtime-env-agent-port", "node-manager-port", "object-manager-port")]
+        command = [str(bin_dir / "ray"), "start", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
+                   f"--num-cpus={cpus}", *ports]
+        if head_address is None:
+            self.gcs = f"127.0.0.1:{free_port()}"
+            self.dashboard = f"http://127.0.0.1:{free_port()}"
+            command += ["--head", f"--port={self.gcs.rsplit(':', 1)[1]}", "--dashboard-host=127.0.0.1",
+                        f"--dashboard-port={self.dashboard.rsplit(':', 1)[1]}",
+                        f"--ray-client-server-port={free_port()}"]
+        else:
+            command += [f"--address={head_address}"]
+        # a node joining a cluster with token auth (Ray 2.60's default) needs the token mode set
+        started = subprocess.run(command, env={**env, "RAY_AUTH_MODE": "token"} if head_address else env,
+                                 capture_output=True, text=True, timeout=180)
+        if started.returncode != 0:
+            self.kill()
+            raise RuntimeError(f"ray start failed: {started.stderr[-2000:]}")
+
+    def kill(self) -> int:
+        """Kill this node's processes and their children (the node's workers, whose command lines do not name the
+        temp dir) with SIGKILL: a node failure, not a shutdown. Returns how many."""
+        import psutil
+
+        doomed: dict[int, psutil.Process] = {}
+        for process in psutil.process_iter(["cmdline"]):
+            try:
+                if str(self.temp_dir) in " ".join(process.info["cmdline"] or []):
+                    doomed[process.pid] = process
+                    doomed.update((child.pid, child) for child in process.children(recursive=True))
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        for process in doomed.values():
+            try:
+                process.kill()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return len(doomed)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from conftest import ORACLE_MODELS
+from conftest import ORACLE_MODELS, RayNode
 
 from rollout.policy import Policy
 from search.rank import Constraints, rank
@@ -144,6 +144,8 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     (lambda c: c.update(gate={"max_critical_rate_upper": 0.001}), "needs at least 2995 holdout scenarios"),
     (lambda c: c.update(suite={"name": "no_such_suite"}), "bad.yaml: field 'suite.name'"),
     (lambda c: c.update(suite={"name": "edge_cloud", "size": 100, "colour": "red"}), "bad.yaml: field 'suite"),
+    (lambda c: c.update(engine="columnar", verifier={"members": ["rules", "environment"]}),
+     "field 'engine': engine columnar needs ground-truth-judged scenarios and the rule verifier"),
 ])
 def test_bad_search_config_fails_before_ray_starts(tmp_path, mutate, fragment):
     config = {"suite": {"name": "edge_cloud", "size": 100}, "space": json.loads(json.dumps(SPACE)),
@@ -182,57 +184,57 @@ def test_an_output_path_inside_a_file_fails_before_any_work(tmp_path):
     assert (tmp_path / "blocker").read_text() == "a file"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_ray_job_submit_against_a_head(tmp_path):
     """The README's cluster recipe: a head with the dashboard, RAY_AUTH_MODE=token, `python -m search CONFIG`."""
-    import psutil
-
-    temp_dir = Path("/tmp") / f"far-head-{os.getpid()}-{time.time_ns()}"  # short: Ray's socket paths are capped
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
-    dashboard = _free_port()
-    # every port of its own: another Ray (the session's local one) may hold the defaults, agents included
-    ports = [f"--{name}={_free_port()}" for name in (
-        "port", "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
-        "runtime-env-agent-port", "node-manager-port", "object-manager-port", "ray-client-server-port")]
-    started = subprocess.run([str(bin_dir / "ray"), "start", "--head", "--dashboard-host=127.0.0.1",
-                              f"--dashboard-port={dashboard}", f"--temp-dir={temp_dir}", "--num-cpus=2", *ports],
-                             env=env, capture_output=True, text=True, timeout=120)
+    head = RayNode(env, cpus=2)
     try:
-        assert started.returncode == 0, started.stderr[-2000:]
         config = tmp_path / "job.yaml"
         config.write_text(yaml.safe_dump({"suite": {"name": "edge_cloud", "size": 300}, "space": SPACE,
                                           "models": ORACLE_MODELS,
                                           "search": {"method": "random", "budget": 4, "actors": 1, "chunk_size": 50},
                                           "output": str(tmp_path / "job-out")}))
-        submit = [str(bin_dir / "ray"), "job", "submit", "--address", f"http://127.0.0.1:{dashboard}",
+        submit = [str(bin_dir / "ray"), "job", "submit", "--address", head.dashboard,
                   "--working-dir", str(tmp_path), "--", "python", "-m", "search", "job.yaml", "--quiet"]
-        job_env = {**env, "RAY_AUTH_MODE": "token"}
-        deadline = time.time() + 120
-        while True:  # the head's job agent can take a few seconds to come up after `ray start` returns
-            done = subprocess.run(submit, env=job_env, capture_output=True, text=True, timeout=300)
-            if "No available agent" not in done.stdout + done.stderr or time.time() > deadline:
-                break
-            time.sleep(2)
+        done = submit_job(submit, {**env, "RAY_AUTH_MODE": "token"})
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         assert len(pq.read_table(tmp_path / "job-out" / "trials.parquet").to_pylist()) == 4
         without = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
         refused = subprocess.run(submit, env=without, capture_output=True, text=True, timeout=120)
         assert refused.returncode != 0 and "auth" in (refused.stdout + refused.stderr).lower()
     finally:
-        for process in psutil.process_iter(["cmdline"]):  # stop what this test started, not every Ray
-            try:
-                if str(temp_dir) in " ".join(process.info["cmdline"] or []):
-                    process.kill()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
+        head.kill()
+
+
+def submit_job(submit, env, deadline_s=120):
+    """``ray job submit``, again while the head's job agent is still coming up after ``ray start`` returned."""
+    deadline = time.time() + deadline_s
+    while True:
+        done = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=600)
+        if "No available agent" not in done.stdout + done.stderr or time.time() > deadline:
+            return done
+        time.sleep(2)
+
+
+def test_the_columnar_engine_gives_the_search_replay_gives(tmp_path):
+    """Same config and seed, engine replay vs columnar: the same trials, board, winner and gate."""
+    summaries, trials = [], []
+    for engine in ("replay", "columnar"):
+        path = write(tmp_path, {"method": "evolutionary", "budget": 12, "seed": 5, "evolutionary": {"population": 4}},
+                     size=300, engine=engine)
+        run = far(["search", str(path), "--quiet", "--output", engine], tmp_path)
+        assert run.returncode == 0, run.stderr[-3000:]
+        summary = json.loads((tmp_path / engine / "summary.json").read_text())
+        for key in ("engine", "config"):
+            summary.pop(key)
+        summaries.append(summary)
+        rows = pq.read_table(tmp_path / engine / "trials.parquet").to_pylist()
+        trials.append([(r["critical_failures"], round(r["reward"], 6), round(r["cost"], 6),
+                        {k: v for k, v in r.items() if k.startswith("param_")}) for r in rows])
+        assert {r["engine"] for r in pq.read_table(tmp_path / engine / "rollouts.parquet").to_pylist()} == {"replay"}
+    assert trials[0] == trials[1]
+    assert summaries[0] == summaries[1]
 
 
 def test_same_config_and_seed_give_the_same_summary_whatever_the_concurrency(tmp_path):

@@ -1,0 +1,99 @@
+"""`far search` on a real two-node Ray cluster on this machine (a head with the dashboard and a worker node, each
+with a temp dir of its own), submitted with `ray job submit` under token auth: rollout actors run on both
+nodes and the job's summary equals a local run's; then the worker node is killed mid-search and the search
+still completes with every trial counted once and the same summary."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+from conftest import ORACLE_MODELS, RayNode
+from test_search import REPO, SPACE, far, submit_job
+
+BUDGET = 10
+
+
+def summary_of(out: Path) -> dict:
+    summary = json.loads((out / "summary.json").read_text())
+    summary.pop("versions", None)
+    return summary
+
+
+def trials_of(out: Path) -> list[tuple]:
+    rows = pq.read_table(out / "trials.parquet").to_pylist()
+    return [(r["critical_failures"], r["reward"], r["cost"], json.dumps(
+        {k: v for k, v in r.items() if k.startswith("param_")}, sort_keys=True)) for r in rows]
+
+
+def finished_trials(out: Path) -> int:
+    """Trials that reported a result so far (Tune writes one result.json per trial directory)."""
+    return sum(1 for path in (out / "tune").glob("*/result.json") if path.stat().st_size > 0)
+
+
+def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
+    # the graph engine makes a trial take about a second, so the node is lost mid-search
+    config = {"suite": {"name": "edge_cloud", "seed": 4, "size": 400}, "space": SPACE, "models": ORACLE_MODELS,
+              "engine": "graph", "gate": {"max_mean_cost": 0.9},
+              "search": {"method": "evolutionary", "budget": BUDGET, "seed": 2, "concurrency": 2, "actors": 2,
+                         "chunk_size": 100, "top_k": 3, "evolutionary": {"population": 4}}}
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(config))
+    local = far(["search", "job.yaml", "--quiet", "--output", str(tmp_path / "local")], tmp_path)
+    assert local.returncode == 0, local.stderr[-3000:]
+    expected = summary_of(tmp_path / "local")
+
+    bin_dir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(REPO))
+    head = RayNode(env)
+    worker = None
+    try:
+        worker = RayNode(env, head_address=head.gcs)
+        job_env = {**env, "RAY_AUTH_MODE": "token"}
+
+        def submit(out: Path, wait: bool = True):
+            command = [str(bin_dir / "ray"), "job", "submit", "--address", head.dashboard, "--working-dir",
+                       str(tmp_path), *([] if wait else ["--no-wait"]), "--", "python", "-m", "search", "job.yaml",
+                       "--quiet", "--output", str(out)]
+            return submit_job(command, job_env)
+
+        done = submit(tmp_path / "cluster")
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        stats = json.loads((tmp_path / "cluster" / "run_stats.json").read_text())
+        assert stats["cluster_nodes"] == 2
+        assert len(set(stats["rollout_actor_nodes"])) == 2  # SPREAD: one rollout actor on each node
+        assert summary_of(tmp_path / "cluster") == expected
+        assert trials_of(tmp_path / "cluster") == trials_of(tmp_path / "local")
+
+        out = tmp_path / "fault"
+        started = submit(out, wait=False)
+        assert started.returncode == 0, (started.stdout + started.stderr)[-3000:]
+        job_id = next(word.strip("'") for line in started.stdout.splitlines() for word in line.split()
+                      if word.strip("'").startswith("raysubmit_"))
+        deadline = time.time() + 300
+        while finished_trials(out) < 2 and time.time() < deadline:
+            time.sleep(0.5)
+        assert 2 <= finished_trials(out) < BUDGET, "the worker node was not lost mid-search"
+        assert worker.kill() > 0
+        status = ""
+        while time.time() < deadline:
+            status = subprocess.run([str(bin_dir / "ray"), "job", "status", "--address", head.dashboard, job_id],
+                                    env=job_env, capture_output=True, text=True, timeout=60).stdout.lower()
+            if any(word in status for word in ("succeeded", "failed", "stopped")):
+                break
+            time.sleep(2)
+        logs = subprocess.run([str(bin_dir / "ray"), "job", "logs", "--address", head.dashboard, job_id],
+                              env=job_env, capture_output=True, text=True, timeout=60).stdout
+        assert "succeeded" in status, logs[-3000:]
+        assert json.loads((out / "run_stats.json").read_text())["cluster_nodes"] == 1
+        summary = summary_of(out)
+        assert summary["trials"] == BUDGET and summary["failed_trials"] == 0
+        assert summary == expected  # no trial lost or counted twice: the same trials, ranks and winner
+        assert trials_of(out) == trials_of(tmp_path / "local")
+    finally:
+        if worker is not None:
+            worker.kill()
+        head.kill()
