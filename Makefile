@@ -47,6 +47,7 @@ test: install-models $(VENV)/.vllm $(VENV)/.browser
 bench: install-models $(VENV)/.vllm
 	$(PIP) -e '.[bench]'
 	$(BIN)/python bench/bench_core.py
+	$(BIN)/python bench/bench_scale.py
 	$(BIN)/python bench/bench_models.py
 	$(BIN)/python bench/bench_search.py
 	$(BIN)/python bench/bench_agentdojo.py

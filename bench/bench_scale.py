@@ -145,6 +145,11 @@ def write_suite(path: Path, n: int) -> dict:
             "file_mib": path.stat().st_size / 2**20}
 
 
+def resident_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def cell_child(path: str, scenarios: int, policies: int) -> None:
     """In a fresh process: evaluate ``policies`` grid policies over the first ``scenarios`` rows."""
     import pickle
@@ -165,6 +170,7 @@ def cell_child(path: str, scenarios: int, policies: int) -> None:
             left -= len(batch["class_id"])
 
     evaluator = ColumnarEvaluator(exemplars)
+    rss_before = resident_mib()  # interpreter, libraries and exemplars: what evaluating adds is the rest
     started = time.perf_counter()
     totals = evaluator.evaluate(batch_policies, limited())
     results = [evaluator.result(str(i), p, "train", t, True) for i, (p, t) in enumerate(zip(batch_policies, totals))]
@@ -173,7 +179,8 @@ def cell_child(path: str, scenarios: int, policies: int) -> None:
     print(json.dumps({
         "scenarios": results[0].scenarios, "policies": len(results), "seconds": seconds,
         "us_per_policy_scenario": seconds / len(results) / results[0].scenarios * 1e6,
-        "template_walks": evaluator.walks, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "template_walks": evaluator.walks, "rss_before_mib": rss_before,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "policies_with_zero_critical": int((critical == 0).sum()),
     }))
 
@@ -183,7 +190,8 @@ def cell(path: Path, scenarios: int, policies: int) -> dict:
                          capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"  {scenarios:>9,} scenarios x {policies:>6,} policies: {result['seconds']:.2f} s, "
-          f"{result['peak_rss_mib']:.0f} MiB", file=sys.stderr, flush=True)
+          f"peak {result['peak_rss_mib']:.0f} MiB ({result['rss_before_mib']:.0f} before evaluating)", file=sys.stderr,
+          flush=True)
     return result
 
 
@@ -191,6 +199,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="100k scenarios at most, fewer policies")
     parser.add_argument("--cell", nargs=3)
+    parser.add_argument("--reuse", action="store_true", help="keep the columns file of an earlier run")
     parser.add_argument("--workdir", default=str(ROOT / "bench" / "out" / "scale"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "scale.json"))
     args = parser.parse_args()
@@ -204,7 +213,10 @@ def main() -> None:
     results: dict = {"per_rollout": per_rollout(10_000)}
     print(json.dumps(results["per_rollout"], indent=2), file=sys.stderr, flush=True)
     path = workdir / f"columns-{largest}.parquet"
-    results["suite"] = write_suite(path, largest)
+    if args.reuse and path.exists() and Path(args.out).exists():
+        results["suite"] = {**json.loads(Path(args.out).read_text())["suite"], "reused": True}
+    else:
+        results["suite"] = write_suite(path, largest)
     sizes = [s for s in (10_000, 100_000, 1_000_000) if s <= largest]
     counts = (1, 100) if args.quick else (1, 100, 1_000)
     results["scale"] = [cell(path, s, p) for s in sizes for p in counts]

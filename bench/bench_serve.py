@@ -10,8 +10,9 @@ run, are the figures to read.
    same bodies and returns a constant), ``topology: ingress`` (the default) and ``topology: deployments``;
    each as a ratio to the floor at the same concurrency. Goal: p99 at 16 clients <= 1.2x the floor, 0 errors.
 2. faults: under 16 clients of load with policy jobs queued, kill a replica (a verifier member's, with
-   ``topology: deployments``; the ingress's, with both topologies; 2 replicas each): failed requests, the
-   longest request (the stall), and jobs that did not finish (lost). Goal: 0 failed, 0 lost.
+   ``topology: deployments``; the ingress's, with both topologies; 2 replicas each): failed requests -- with
+   FAR's client retry policy (``search.remote``), and on the first attempt, as a client that never retries
+   sees them --, the longest request (the stall), and jobs that did not finish (lost). Goal: 0 failed, 0 lost.
 3. fuzz: every endpoint with schemathesis from the app's own OpenAPI: server errors (5xx). Goal: 0.
 
 Writes bench/out/serve.json.
@@ -58,28 +59,39 @@ def request_bodies(n: int) -> list[bytes]:
             for s, t in zip(scenarios, trajectories)]
 
 
-async def load(url: str, bodies: list[bytes], clients: int, seconds: float) -> dict:
+async def load(url: str, bodies: list[bytes], clients: int, seconds: float, retries: int = 0) -> dict:
+    """``retries``: send a request again as FAR's own client does (``search.remote``: a dropped connection or
+    a 500/502/503/504, with backoff); ``errors`` counts requests failed after those, ``first_attempt_errors``
+    what a client that never retries would have seen."""
     import httpx
 
+    from search.remote import BACKOFF_S, RETRYABLE_STATUS
+
     latencies: list[float] = []
-    errors = sent = 0
+    errors = sent = first_attempt_errors = 0
     deadline = time.perf_counter() + seconds
 
     async def worker(offset: int, client: httpx.AsyncClient) -> None:
-        nonlocal errors, sent
+        nonlocal errors, sent, first_attempt_errors
         index = offset
         while time.perf_counter() < deadline:
             body = bodies[index % len(bodies)]
             index += clients
             started = time.perf_counter()
             sent += 1
-            try:
-                response = await client.post(url, content=body, headers={"content-type": "application/json"})
-                ok = response.status_code == 200
-            except httpx.HTTPError:
-                ok = False
+            for attempt in range(retries + 1):
+                if attempt:
+                    await asyncio.sleep(BACKOFF_S * 2 ** (attempt - 1))
+                try:
+                    response = await client.post(url, content=body, headers={"content-type": "application/json"})
+                    status: int | None = response.status_code
+                except httpx.HTTPError:
+                    status = None
+                if status == 200 or (status is not None and status not in RETRYABLE_STATUS):
+                    break
+                first_attempt_errors += attempt == 0
             latencies.append(time.perf_counter() - started)
-            errors += not ok
+            errors += status != 200
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(limits=limits, timeout=30.0) as client:
@@ -89,7 +101,8 @@ async def load(url: str, bodies: list[bytes], clients: int, seconds: float) -> d
     latencies.sort()
     return {
         "clients": clients, "seconds": elapsed, "requests": len(latencies), "sent": sent,
-        "all_answered": len(latencies) == sent, "errors": errors, "req_per_s": len(latencies) / elapsed,
+        "all_answered": len(latencies) == sent, "errors": errors, "first_attempt_errors": first_attempt_errors,
+        "retries": retries, "req_per_s": len(latencies) / elapsed,
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
         "max_ms": 1000 * latencies[-1],
@@ -173,7 +186,10 @@ async def fault_run(base: str, bodies: list[bytes], seconds: float, kill: str, a
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
         return victim
 
-    killed, measured = await asyncio.gather(killer(), load(f"{base}/v1/score/trajectory", bodies, 16, seconds))
+    from search.remote import RETRIES
+
+    killed, measured = await asyncio.gather(killer(), load(f"{base}/v1/score/trajectory", bodies, 16, seconds,
+                                                           retries=RETRIES))
     deadline = time.perf_counter() + 120
     async with httpx.AsyncClient(timeout=30.0) as client:
         while True:

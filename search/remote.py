@@ -5,10 +5,15 @@ rollout to ``POST /v1/score/trajectories`` (batches of ``batch_size``) and rebui
 rollouts score identically either way (a test checks it). The server says which failures and successes it
 found (with attribution) and z; their penalties, criticality and the reward are the *run's* reward table's,
 whatever table the server was started with.
+
+Scoring is idempotent, so a request is sent again (``retries`` times, with backoff) when the connection fails
+or the answer is a 500/502/503/504: what Serve's proxy answers for the requests in flight on a replica that
+died (Serve does not retry those itself; see BENCHMARKS.md, faults). Any other status is final.
 """
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 
 from rollout.errors import FarInputError
@@ -19,12 +24,20 @@ from verifiers.taxonomy import FailureKind, RewardTable, SuccessKind
 from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict, ZVector
 
 
+RETRYABLE_STATUS = frozenset({500, 502, 503, 504})
+RETRIES = 3
+BACKOFF_S = 0.25  # doubled after each attempt
+
+
 class HttpVerifier:
     name = "http"
 
     def __init__(self, endpoint: str, token: str | None = None, batch_size: int = 128,
-                 timeout_s: float = 120.0, table: RewardTable | None = None) -> None:
+                 timeout_s: float = 120.0, table: RewardTable | None = None, retries: int = RETRIES,
+                 backoff_s: float = BACKOFF_S) -> None:
         self.endpoint = endpoint.rstrip("/")
+        self.retries = retries
+        self.backoff_s = backoff_s
         self.table = table or RewardTable()
         self.token = token
         self.batch_size = batch_size
@@ -54,16 +67,31 @@ class HttpVerifier:
             items = [{"scenario": s.model_dump(mode="json"),
                       "trajectory": TrajectoryModel.from_trajectory(t).model_dump(mode="json")}
                      for s, t in pairs[start:start + self.batch_size]]
-            try:
-                response = self.client().post("/v1/score/trajectories", json={"items": items})
-            except httpx.HTTPError as error:
-                raise FarInputError(f"verifier endpoint {self.endpoint} unreachable ({type(error).__name__})",
-                                    field="verifier.endpoint") from None
+            response = self.post("/v1/score/trajectories", {"items": items})
             if response.status_code != 200:
                 raise FarInputError(f"verifier endpoint answered {response.status_code}: {response.text[:200]}",
                                     field="verifier.endpoint")
             verdicts.extend(from_response(r, self.table) for r in response.json()["results"])
         return verdicts
+
+
+    def post(self, path: str, payload: dict):
+        """POST, sent again on a failed connection or a retryable status (scoring is idempotent)."""
+        import httpx
+
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = self.client().post(path, json=payload)
+            except httpx.TransportError as error:
+                failure: str = type(error).__name__
+                continue
+            if response.status_code not in RETRYABLE_STATUS:
+                return response
+            failure = f"status {response.status_code}"
+        raise FarInputError(f"verifier endpoint {self.endpoint} failed {self.retries + 1} times (last: {failure})",
+                            field="verifier.endpoint")
 
 
 def from_response(body: dict, table: RewardTable) -> Verdict:

@@ -410,6 +410,48 @@ def test_a_remote_verifier_prices_with_the_runs_reward_table_not_the_servers(rol
     assert any(v.reward != RuleVerifier().verify(s, t).reward for v, s, t in zip(served, scenarios, trajectories))
 
 
+def test_the_remote_verifier_sends_again_what_a_dying_replica_dropped(rollouts):
+    """A 502/503 or a dropped connection (a replica killed mid-request) is sent again; a 4xx is final."""
+    import httpx
+
+    from rollout.errors import FarInputError
+
+    _, scenarios, trajectories = rollouts
+
+    class Flaky:
+        def __init__(self, real, failures):
+            self.real, self.failures, self.calls = real, list(failures), 0
+
+        def post(self, path, json):
+            self.calls += 1
+            if self.failures:
+                failure = self.failures.pop(0)
+                if failure == "drop":
+                    raise httpx.RemoteProtocolError("server disconnected")
+                return httpx.Response(failure)
+            return self.real.post(path, json=json)
+
+    real = client(CONFIG.model_copy(update={"verifier": EnsembleConfig(members=("rules",))}))
+    remote = HttpVerifier("http://testserver", backoff_s=0.0)
+    remote._client = Flaky(real, [502, "drop", 503])
+    assert remote.verify_many(scenarios[:5], trajectories[:5]) == \
+        _with_client(real).verify_many(scenarios[:5], trajectories[:5])
+    assert remote._client.calls == 4
+    remote._client = Flaky(real, [500] * 4)
+    with pytest.raises(FarInputError, match="failed 4 times"):
+        remote.verify_many(scenarios[:5], trajectories[:5])
+    remote._client = Flaky(real, [422])
+    with pytest.raises(FarInputError, match="answered 422"):
+        remote.verify_many(scenarios[:5], trajectories[:5])
+    assert remote._client.calls == 1
+
+
+def _with_client(real):
+    verifier = HttpVerifier("http://testserver")
+    verifier._client = real
+    return verifier
+
+
 @pytest.mark.parametrize("topology", ["ingress", "deployments"])
 def test_replicas_apply_to_the_ingress_too(topology):
     from serve.app import build_app
