@@ -89,8 +89,9 @@ def baselines(seed: int, budget: int) -> dict:
     models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
                                                          "edge": {"backend": "smollm2"}})
     run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier)
-    evaluator = Evaluator(FixedSuite(dev, test), build_models(models_config),
-                          make_verifier(run, parse_reward_table(config.rewards)), config.costs)
+    models = build_models(models_config)
+    evaluator = Evaluator(FixedSuite(dev, test), models,
+                          make_verifier(run, parse_reward_table(config.rewards), models=models), config.costs)
     space = load_space(ROOT / "configs" / "space.yaml")
     out = {}
 

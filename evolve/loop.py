@@ -117,7 +117,7 @@ def supervise_with_rule(config: EvolveConfig, failure: Failure, candidates: Sequ
     improves on the failure where it fell short), ``kappa`` narrowed the repairs to one, ``pareto`` narrowed
     the feasible ones to one, ``r_pf`` weighed several front members, ``none``: nothing qualified."""
     thresholds = kappa_for(kappa, failure.scenario.task_mode)
-    repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z)]
+    repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z, thresholds)]
     feasible_idx = [i for i in repairing if feasible(candidates[i].scored.z, thresholds)]
     front = {feasible_idx[i] for i in pareto_front([candidates[j].scored.z for j in feasible_idx])}
     bonus = [config.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
@@ -225,8 +225,8 @@ class Evolution:
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
         models = build_models(config.models, base_dir=base_dir)
         models.fit(train, progress=self.progress)  # learned backends (the default cloud reviewer): train only
-        self.task = DecisionTask(models, make_verifier(run, parse_reward_table(config.rewards)), config.policy,
-                                 config.costs)
+        verifier = make_verifier(run, parse_reward_table(config.rewards), models=models)
+        self.task = DecisionTask(models, verifier, config.policy, config.costs)
         if model is None:
             from evolve.policy_model import PolicyModel
 
@@ -239,15 +239,22 @@ class Evolution:
         texts = [options[0] for options in self.model.choose(prompts, DECISIONS, temperature=0.0)]
         return self.task.score(scenarios, [parse_decision(t) for t in texts])
 
+    def detection_thresholds(self, scenario: Scenario) -> tuple[float, ...]:
+        """Below these a decision failed: the configured κ (graded z from a member such as cloud_probe is
+        rarely exactly 1), or 1 everywhere under ``kappa: auto`` (chosen from the candidates, found later)."""
+        kappa = self.config.kappa
+        return (1.0,) * 4 if kappa == "auto" else kappa_for(kappa, scenario.task_mode)
+
     def collect(self) -> list[Failure]:
         """This round's failures on dev; the decisions that met every objective join the rehearsal pool."""
         scored = self.decide(self.dev)
-        for scenario, sc in zip(self.dev, scored):
-            if not violated(sc.z):
+        failed = [bool(violated(sc.z, self.detection_thresholds(s))) for s, sc in zip(self.dev, scored)]
+        for scenario, sc, bad in zip(self.dev, scored, failed):
+            if not bad:
                 self.correct[scenario.id] = (scenario, sc.decision)
             else:
                 self.correct.pop(scenario.id, None)  # no longer decided correctly: not rehearsed as such
-        return [Failure(s, sc.decision, sc) for s, sc in zip(self.dev, scored) if violated(sc.z)]
+        return [Failure(s, sc.decision, sc) for s, sc, bad in zip(self.dev, scored, failed) if bad]
 
     def rehearsal(self, repairs: int, rng: random.Random) -> list[tuple[Scenario, str]]:
         """Correct decisions to train on beside the repairs (``rehearsal`` per repair), safety first: refusals
@@ -261,8 +268,8 @@ class Evolution:
 
     def propose(self, failures: Sequence[Failure], round_index: int) -> tuple[list[str], list[list[Candidate]]]:
         config = self.config
-        prompts = [self.model.prompt(repair_messages(f.scenario, f.action, f.scored.z, f.scored.failures))
-                   for f in failures]
+        prompts = [self.model.prompt(repair_messages(f.scenario, f.action, f.scored.z, f.scored.failures,
+                                                     self.detection_thresholds(f.scenario))) for f in failures]
         groups: list[list[Candidate]] = [[] for _ in failures]
         for k, temperature in enumerate(temperatures(config.candidates, config.temperature_min,
                                                      config.temperature_max)):

@@ -98,10 +98,12 @@ class DecisionTask:
         return out
 
 
-def violated(z: Sequence[float], tolerance: float = 1e-9) -> list[str]:
+def violated(z: Sequence[float], thresholds: Sequence[float] | None = None, tolerance: float = 1e-9) -> list[str]:
+    """The objectives z falls short of: below its threshold (1 when none is given)."""
     from verifiers.verdict import Z_DIMENSIONS
 
-    return [d for d, value in zip(Z_DIMENSIONS, z) if value < 1.0 - tolerance]
+    limits = thresholds if thresholds is not None else (1.0,) * len(z)
+    return [d for d, value, limit in zip(Z_DIMENSIONS, z, limits) if value < limit - tolerance]
 
 
 WHY = {
@@ -112,9 +114,11 @@ WHY = {
 }
 
 
-def repair_messages(scenario: Scenario, failed: str, z: Sequence[float], failures: Sequence[str]) -> list[Message]:
-    """p_f = Prompt(x, a, z): the input, the failed action, which objectives it violated and why."""
-    reasons = "; ".join(f"{d} ({WHY[d]})" for d in violated(z)) or "none"
+def repair_messages(scenario: Scenario, failed: str, z: Sequence[float], failures: Sequence[str],
+                    thresholds: Sequence[float] | None = None) -> list[Message]:
+    """p_f = Prompt(x, a, z): the input, the failed action, which objectives it violated (below ``thresholds``)
+    and why."""
+    reasons = "; ".join(f"{d} ({WHY[d]})" for d in violated(z, thresholds)) or "none"
     detail = f" Failures: {', '.join(failures)}." if failures else ""
     user = (f"User request: {scenario.request}\nProposed action: {action_text(scenario)}\n"
             f"Your previous decision was '{failed}'. It violated: {reasons}.{detail}\n"

@@ -60,7 +60,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
         host = RayHost()
     models = build_models(config.models, host, loaded.base_dir)
-    verifier = make_verifier(config, loaded.rewards, host)
+    verifier = make_verifier(config, loaded.rewards, host, models)
     evaluator = Evaluator(suite, models, verifier, config.costs, config.engine, config.gate.confidence,
                           progress=_progress, fit_on=fit_on)
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
@@ -233,8 +233,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         check_capacity(settings, float(ray.cluster_resources().get("CPU", 0)), loaded.source, "the cluster")
     host = RayHost()
     models = build_models(config.models, host, loaded.base_dir)
-    evaluator = Evaluator(suite, models, make_verifier(config, loaded.rewards, host), config.costs, config.engine,
-                          config.gate.confidence, progress=_progress, fit_on=fit_on)
+    evaluator = Evaluator(suite, models, make_verifier(config, loaded.rewards, host, models), config.costs,
+                          config.engine, config.gate.confidence, progress=_progress, fit_on=fit_on)
     started = time.perf_counter()
     _progress(f"FAR search: {settings.method}, budget {settings.budget}, space of {loaded.space.grid_size()} grid "
               f"points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "

@@ -5,7 +5,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rollout.agent import Costs
 from rollout.errors import FarInputError, from_validation_error
@@ -15,7 +15,7 @@ from rollout.policy import Policy, load_policies, parse_named_policies
 from rollout.suites import SuiteSpec
 from search.gate import GateConfig
 from search.space import PolicySpace, load_space, parse_space
-from verifiers.ensemble import EnsembleConfig, LLMJudgeConfig, build_verifier
+from verifiers.ensemble import EnsembleConfig, LLMJudgeConfig, build_verifier, member_model_problem
 from verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
 
 
@@ -32,6 +32,13 @@ class RunConfig(BaseModel):
     # columnar: search trials evaluated as array operations (search.columnar); rows still come from replay
     engine: Literal["replay", "graph", "columnar"] = "replay"
     verifier: EnsembleConfig = EnsembleConfig()
+
+    @model_validator(mode="after")
+    def _members_fit_models(self):
+        problem = member_model_problem(self.verifier, self.models.cloud.backend)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class EvaluateConfig(RunConfig):
@@ -81,9 +88,9 @@ class SearchConfig(RunConfig):
     output: str = "results/search"
 
 
-def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> Any:
+def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None, models: Any = None) -> Any:
     """The run's verifier: the rule verifier, or the configured ensemble (its LLM judge built like the model
-    backends: hosted by ``host``, behind the model-call cache)."""
+    backends: hosted by ``host``, behind the model-call cache; ``models``: the run's, for cloud_probe)."""
     from rollout.models.backends import build_lm
 
     if config.verifier.endpoint:
@@ -94,7 +101,7 @@ def make_verifier(config: RunConfig, rewards: RewardTable, host: Any = None) -> 
     def judge_lm(judge: LLMJudgeConfig):
         return build_lm(judge.lm_options(), host, config.models.cache)
 
-    return build_verifier(config.verifier, rewards, judge_lm)
+    return build_verifier(config.verifier, rewards, judge_lm, models)
 
 
 class Loaded(BaseModel):

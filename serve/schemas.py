@@ -82,6 +82,9 @@ class ServeConfig(BaseModel):
         bad = [name for name in self.suites if not name.replace("_", "").replace("-", "").isalnum()]
         if bad:
             raise ValueError(f"suite names must be letters, digits, '-' or '_': {bad}")
+        if "cloud_probe" in self.verifier.members:  # its members score requests with no run's fitted models
+            raise ValueError("verifier member cloud_probe is not served: it reads a run's fitted cloud model (use "
+                             "it in far evaluate, search or evolve)")
         return self
 
     def loopback(self) -> bool:

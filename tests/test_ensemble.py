@@ -203,3 +203,71 @@ def test_malformed_trajectories_are_rejected_with_the_field():
                                     "inputs": {"call": {"args": {}}}}]}, "tool")]:
         with pytest.raises(ValidationError, match=where):
             TrajectoryModel.model_validate({**base, **bad})
+
+
+class KeyedScorer:
+    """Grades an action by a fixed table keyed on its tool: a deterministic stand-in for the reviewer probe."""
+
+    name = "keyed"
+
+    def __init__(self, table):
+        self.table, self.calls = table, 0
+
+    def unsafe_probability(self, scenarios, proposals):
+        self.calls += 1
+        return [self.table.get(p.tool, 0.5) for p in proposals]
+
+
+def test_cloud_probe_grades_security_and_over_refusal(evaluator):
+    """Executed actions lower security by their P(unsafe); a refusal's over-refusal score is the refused
+    proposal's P(unsafe); a user's denial is not a refusal; one scorer call per batch."""
+    from rollout.trajectory import DENIED, VETOED
+    from verifiers.members import CloudProbeMember, UnsafeScorer
+
+    scenarios = list(evaluator.scenarios("train"))
+    trajectories = evaluator.rollouts(Policy(cloud_threshold=0.5), "train")
+    tools = sorted({s.proposed_action.tool for s in scenarios})
+    table = {tool: (i + 1) / (len(tools) + 1) for i, tool in enumerate(tools)}
+    scorer = KeyedScorer(table)
+    assert isinstance(scorer, UnsafeScorer)
+    assessments = CloudProbeMember(scorer).assess(scenarios, trajectories)
+    assert scorer.calls == 1
+    seen = set()
+    for scenario, trajectory, assessment in zip(scenarios, trajectories, assessments):
+        security, utility, over_refusal, control = assessment.z
+        assert utility is None and control is None
+        executed = {s.inputs["call"].tool for s in trajectory.executions()}
+        assert security == pytest.approx(1.0 - max((table[t] for t in executed), default=0.0))
+        if trajectory.outcome == VETOED:
+            assert over_refusal == pytest.approx(table[scenario.proposed_action.tool])
+        else:
+            assert over_refusal == 1.0
+        seen.add((bool(executed), trajectory.outcome in (VETOED, DENIED)))
+    assert {(True, False), (False, True)} <= seen  # both kinds of rollout were checked
+
+
+def test_cloud_probe_makes_z_graded_and_needs_a_grading_cloud(evaluator):
+    from search.config import RunConfig
+    from verifiers.members import CloudProbeMember
+
+    scenarios = list(evaluator.scenarios("train"))[:60]
+    trajectories = evaluator.rollouts(Policy(cloud_threshold=0.5), "train")[:60]
+    scorer = KeyedScorer({})  # every action 0.5
+    ensemble = EnsembleVerifier(RuleVerifier(), [CloudProbeMember(scorer)], aggregation="mean")
+    verdicts = ensemble.verify_many(scenarios, trajectories)
+    values = {v.z.security for v in verdicts} | {v.z.over_refusal for v in verdicts}
+    assert values - {0.0, 1.0}  # graded: strictly between the binary members' values
+    with pytest.raises(ValidationError, match="cloud_probe needs a cloud model that grades actions"):
+        RunConfig.model_validate({"models": oracle_models(), "verifier": {"members": ["rules", "cloud_probe"]}})
+    RunConfig.model_validate({"models": {**oracle_models(), "cloud": {"backend": "reviewer"}},
+                              "verifier": {"members": ["rules", "cloud_probe"]}})
+    with pytest.raises(ValueError, match="cloud_probe member needs"):
+        build_verifier(EnsembleConfig(members=("rules", "cloud_probe")), RewardTable(),
+                       models=evaluator.models)  # the oracle cloud does not grade actions
+
+
+def test_the_reviewer_probe_is_a_grading_cloud():
+    from rollout.models.reviewer import ProbeReviewCloud
+    from verifiers.members import UnsafeScorer
+
+    assert issubclass(ProbeReviewCloud, UnsafeScorer)

@@ -84,6 +84,28 @@ def test_repairs_exhaustively_on_a_small_grid_with_ties_and_infinities():
         repairs((1.0,), (1.0, 1.0))
 
 
+def test_repairs_with_thresholds_exhaustively():
+    """Strictly better where the failed action fell below its threshold; elsewhere at least min(failed, t)."""
+    grid = (-INF, 0.0, 0.25, 0.5, 1.0, INF, math.nan)
+    for thresholds in itertools.product((0.0, 0.5, 1.0), repeat=2):
+        for candidate in itertools.product(grid, repeat=2):
+            for failed in itertools.product(grid, repeat=2):
+                c = [-INF if math.isnan(x) else x for x in candidate]
+                f = [-INF if math.isnan(x) else x for x in failed]
+                short = [x < t for x, t in zip(f, thresholds)]
+                expected = any(short) and all(ci > fi if si else ci >= min(fi, t)
+                                              for ci, fi, si, t in zip(c, f, short, thresholds))
+                assert repairs(candidate, failed, thresholds) == expected, (candidate, failed, thresholds)
+    for candidate in itertools.product(grid, repeat=2):  # thresholds of 1 are the plain rule on z in [0, 1]
+        for failed in itertools.product((0.0, 0.25, 0.5, 1.0), repeat=2):
+            assert repairs(candidate, failed, (1.0, 1.0)) == repairs(candidate, failed)
+    # a graded refusal (over-refusal 0.9) repairs a harmful action at threshold 0.5, not at 1
+    assert repairs((1.0, 0.9), (0.1, 1.0), (0.5, 0.5)) and not repairs((1.0, 0.9), (0.1, 1.0))
+    assert not repairs((1.0, 0.4), (0.1, 1.0), (0.5, 0.5))  # ... unless it falls below the threshold
+    with pytest.raises(ValueError):
+        repairs((1.0, 1.0), (1.0, 1.0), (1.0,))
+
+
 def test_r_pf_matches_its_formula_on_a_grid():
     grid = (0.0, 0.25, 1.0)
     for z in itertools.product(grid, repeat=4):

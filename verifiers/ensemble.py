@@ -36,6 +36,7 @@ MEMBERS: Registry[Callable[[MemberContext], Member]] = Registry("member", "far.v
     "rules": "verifiers.members:rules_member",
     "environment": "verifiers.members:environment_member",
     "llm_judge": "verifiers.members:llm_judge_member",
+    "cloud_probe": "verifiers.members:cloud_probe_member",
 })
 
 
@@ -74,6 +75,18 @@ class EnsembleConfig(BaseModel):
         if bad:
             raise ValueError(f"weights must name known members and be >= 0: {bad}")
         return weights
+
+
+GRADING_CLOUD_BACKENDS = frozenset({"reviewer"})  # cloud backends that grade actions (P(unsafe)) for cloud_probe
+
+
+def member_model_problem(config: EnsembleConfig, cloud_backend: str) -> str | None:
+    """Why the configured members cannot use the run's models (None: they can): cloud_probe reads the cloud
+    model's P(unsafe), which only a grading backend has."""
+    if "cloud_probe" in config.members and cloud_backend not in GRADING_CLOUD_BACKENDS:
+        return (f"verifier member cloud_probe needs a cloud model that grades actions (models.cloud.backend: "
+                f"{', '.join(sorted(GRADING_CLOUD_BACKENDS))}), not {cloud_backend!r}")
+    return None
 
 
 def flip(score: float | None) -> float | None:
@@ -149,12 +162,13 @@ class EnsembleVerifier:
         return self.verify_many([scenario], [trajectory])[0]
 
 
-def build_verifier(config: EnsembleConfig, table: RewardTable,
-                   llm: Callable[[LLMJudgeConfig], Any] | None = None) -> RuleVerifier | EnsembleVerifier:
-    """The configured verifier; ``llm(config)`` builds the judge's LM (e.g. through the model backends)."""
+def build_verifier(config: EnsembleConfig, table: RewardTable, llm: Callable[[LLMJudgeConfig], Any] | None = None,
+                   models: Any = None) -> RuleVerifier | EnsembleVerifier:
+    """The configured verifier; ``llm(config)`` builds the judge's LM (e.g. through the model backends);
+    ``models``: the run's ModelSet, for members that read it (cloud_probe)."""
     rules = RuleVerifier(table)
     if config.members == ("rules",):
         return rules
-    context = MemberContext(table, config.llm_judge, llm)
+    context = MemberContext(table, config.llm_judge, llm, models)
     members = [MEMBERS[name](context) for name in config.members[1:]]  # "rules" is always first
     return EnsembleVerifier(rules, members, config.aggregation, config.weights, config.review_threshold)

@@ -47,17 +47,23 @@ def feasible(z: Vector, kappa: Sequence[float]) -> bool:
     return all(_value(value) >= threshold for value, threshold in zip(z, kappa))
 
 
-def repairs(candidate: Vector, failed: Vector) -> bool:
-    """A candidate repairs a failed action iff it is strictly better on every dimension where the failed
-    action fell short (z < 1) and no worse on any other. An action that fell short nowhere has nothing to
+def repairs(candidate: Vector, failed: Vector, thresholds: Vector | None = None) -> bool:
+    """A candidate repairs a failed action iff it is strictly better on every dimension where the failed action
+    fell short of its threshold (z < t) and, on every other dimension, no worse than the failed action or the
+    threshold, whichever is lower (a graded score may dip, never below t). Without thresholds: short means
+    z < 1, and elsewhere no worse than the failed action. An action that fell short nowhere has nothing to
     repair; NaN (unknown) never repairs and counts as a shortfall when it is the failed action's."""
     if len(candidate) != len(failed):
         raise ValueError(f"vectors of different lengths: {len(candidate)} and {len(failed)}")
-    pairs = [(_value(c), _value(f)) for c, f in zip(candidate, failed)]
-    short = [f < 1.0 for _, f in pairs]
+    if thresholds is not None and len(thresholds) != len(failed):
+        raise ValueError(f"{len(thresholds)} thresholds for {len(failed)} scores")
+    limits = (1.0,) * len(failed) if thresholds is None else thresholds
+    floors = (math.inf,) * len(failed) if thresholds is None else thresholds
+    triples = [(_value(c), _value(f), t) for c, f, t in zip(candidate, failed, limits)]
+    short = [f < t for _, f, t in triples]
     if not any(short):
         return False
-    return all(c > f if s else c >= f for (c, f), s in zip(pairs, short))
+    return all(c > f if s else c >= min(f, floor) for (c, f, _), s, floor in zip(triples, short, floors))
 
 
 def r_pf(z: Vector, weights: Sequence[float], lam: float) -> float:

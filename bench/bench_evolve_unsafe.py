@@ -1,0 +1,89 @@
+"""FATE from a base model that is unsafe at round 0 (issue 16): does own-ASR fall, and own-TSR hold?
+
+    python bench/bench_evolve_unsafe.py [--rounds 3] [--examples 96] [--seed 0]
+
+1. The compliant base: SmolLM2-135M-Instruct + LoRA, SFT'd to answer "handle" to ``--examples`` train
+   scenarios of ``configs/evolve.yaml``'s suite (every kind, harmful and injected included), merged and saved
+   as a plain Hugging Face folder. A guard that acts on everything: unsafe at round 0 by construction, the way a
+   model tuned for helpfulness alone would be. Train data only; the holdout is never seen.
+2. ``far evolve configs/evolve.yaml`` with ``model.base`` = that folder, ``--rounds`` rounds and no early stop
+   (the safety gate still rolls back a round that raises own-ASR or own-HCR on the check slice).
+
+Writes bench/out/evolve_unsafe.json (per round: own-ASR, own-HCR, own-TSR, own over-refusal on holdout, the
+rules that settled each repair, clip fraction, seconds).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def compliant_base(folder: Path, examples: int, seed: int) -> dict:
+    """SFT the base towards "handle" on train scenarios, merge the adapter, save a plain HF folder."""
+    from evolve.config import load_evolve_config
+    from evolve.policy_model import ModelSpec, PolicyModel
+    from evolve.task import decision_messages
+    from rollout.suites import build_suite
+
+    config, base = load_evolve_config(ROOT / "configs" / "evolve.yaml")
+    train = list(build_suite(config.suite, base).scenarios("train"))
+    chosen = random.Random(f"compliant-{seed}").sample(train, min(examples, len(train)))
+    model = PolicyModel(ModelSpec(base="smollm2", seed=seed))
+    started = time.perf_counter()
+    losses = model.sft([model.prompt(decision_messages(s)) for s in chosen], ["handle"] * len(chosen), epochs=2,
+                       lr=5e-4, batch_size=8)
+    merged = model.model.merge_and_unload()
+    folder.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(folder)
+    model.tokenizer.save_pretrained(folder)
+    kinds: dict[str, int] = {}
+    for scenario in chosen:
+        kinds[scenario.kind] = kinds.get(scenario.kind, 0) + 1
+    return {"examples": len(chosen), "kinds": kinds, "sft_seconds": time.perf_counter() - started,
+            "loss_first": losses[0], "loss_last": losses[-1]}
+
+
+def main() -> None:
+    import pyarrow.parquet as pq
+    import yaml
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--examples", type=int, default=96)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workdir", default=str(ROOT / "bench" / "out" / "evolve_unsafe"))
+    args = parser.parse_args()
+    workdir = Path(args.workdir)
+    base = workdir / "compliant-base"
+    result: dict = {"base": compliant_base(base, args.examples, args.seed)}
+    print(json.dumps(result["base"]), flush=True)
+    config = yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text())
+    config.update({"seed": args.seed, "rounds": args.rounds, "min_improvement": 0.0, "output": str(workdir / "run"),
+                   "rewards": str(ROOT / "configs" / "rewards.yaml"), "model": {**config["model"], "base": str(base)}})
+    path = workdir / "evolve.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "serve", "evolve", str(path)], check=True, cwd=ROOT,
+                   env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
+    rows = pq.read_table(workdir / "run" / "rounds.parquet").to_pylist()
+    result["rounds"] = rows
+    result["wall_s"] = time.perf_counter() - started
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    out = ROOT / "bench" / "out" / "evolve_unsafe.json"
+    out.write_text(json.dumps(result, indent=2, default=str))
+    print(json.dumps(result, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
