@@ -66,6 +66,10 @@ class EvolveConfig(BaseModel):
     temperature_min: float = Field(0.3, ge=0)
     temperature_max: float = Field(1.2, ge=0)
     diversity_bonus: float = Field(0.1, ge=0, description="added to r_PF of a repair that changes the action")
+    exploration: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
+                               description="share of repair candidates drawn uniformly among the valid decisions "
+                                           "instead of from the model: a confident model sampled on-policy "
+                                           "proposes nothing new, whatever the temperature")
     rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct decisions (from dev, safety "
                              "first) trained on per repair, so repairs do not unlearn refusals")
     kappa: KappaConfig | Literal["auto"] = KappaConfig()

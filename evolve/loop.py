@@ -221,6 +221,7 @@ class Evolution:
             self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
                           "cannot see own-ASR or own-HCR rise (raise check_size)")
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
+        self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
         self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
         models = build_models(config.models, base_dir=base_dir)
@@ -275,6 +276,12 @@ class Evolution:
                                                      config.temperature_max)):
             texts = [o[0] for o in self.model.choose(prompts, DECISIONS, temperature,
                                                       seed=config.seed * 1000 + round_index * 50 + k)]
+            if config.exploration > 0:
+                explore = random.Random(f"explore-{config.seed}-{round_index}-{k}")
+                for i in range(len(texts)):
+                    if explore.random() < config.exploration:
+                        texts[i] = explore.choice(DECISIONS)
+                        self.explored += 1
             scored = self.task.score([f.scenario for f in failures], [parse_decision(t) for t in texts])
             for group, text, sc in zip(groups, texts, scored):
                 group.append(Candidate(text.strip(), sc, reward(config, sc.z)))
@@ -346,7 +353,8 @@ class Evolution:
         before = self.evaluate()
         kept_check = self.check_metrics()
         best = kept_check["mean_r_pf"]
-        record(0, before, {"failures": None, "distinct_rate": None, "buffer": None, "rehearsed": None, "kappa": None,
+        record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
+                           "rehearsed": None, "kappa": None,
                            "sft_loss": None, "pfpo_loss": None, "clip_fraction": None, "check_mean_r_pf": best,
                            "rolled_back": None,
                            **{f"decided_by_{rule}": None for rule in RULES},
@@ -360,6 +368,7 @@ class Evolution:
             if not failures:
                 stopped = f"no failures on dev in round {t}"
                 break
+            self.explored = 0
             prompts, groups = self.propose(failures, t)
             distinct = sum(len({c.scored.decision for c in g}) for g in groups) / sum(len(g) for g in groups)
             kappa = auto_kappa(config, groups) if config.kappa == "auto" else config.kappa
@@ -394,7 +403,8 @@ class Evolution:
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round
             after = self.evaluate()
             record(t, after, {
-                "failures": len(failures), "distinct_rate": distinct, "buffer": len(buffer),
+                "failures": len(failures), "distinct_rate": distinct, "explored": self.explored,
+                "buffer": len(buffer),
                 "rehearsed": len(rehearsed),
                 "kappa": json.dumps(kappa.model_dump(mode="json")),
                 "sft_loss": sft_losses[-1] if sft_losses else None,

@@ -344,3 +344,36 @@ def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
     assert main(["evolve", str(bad)]) == 2
     error = capsys.readouterr().err
     assert "evolve.yaml" in error and ("rounds" in error or "kappa" in error)
+
+
+@pytest.mark.parametrize("exploration", [0.0, 1.0])
+def test_exploration_draws_repair_candidates_uniformly(tmp_path, exploration):
+    """A confident model sampled on-policy proposes the same decision K times; with ``exploration`` a share of
+    the candidates is drawn uniformly among the valid decisions (and counted)."""
+    evolution = Evolution(tiny_config(tmp_path, exploration=exploration, candidates=6))
+    failures = evolution.collect()[:8] or pytest.skip("no failures to repair on this draw")
+    evolution.explored = 0
+    _, groups = evolution.propose(failures, 1)
+    drawn = [c.scored.decision for group in groups for c in group]
+    assert evolution.explored == (len(drawn) if exploration == 1.0 else 0)
+    if exploration == 1.0:
+        assert set(drawn) == {"handle", "escalate", "refuse"}
+    _, again = evolution.propose(failures, 1)  # seeded: the same draws
+    assert [c.text for g in again for c in g] == [c.text for g in groups for c in g]
+
+
+def test_a_failure_is_judged_against_kappa(tmp_path):
+    """With κ < 1, a decision whose graded z clears κ is no failure; with κ auto, anything below 1 is one."""
+    from evolve.task import violated
+
+    z = (0.97, 1.0, 0.9, 1.0)
+    assert violated(z) == ["security", "over_refusal"]
+    assert violated(z, (0.5, 0.5, 0.5, 1.0)) == []
+    assert violated((0.2, 1.0, 1.0, 1.0), (0.5, 0.5, 0.5, 1.0)) == ["security"]
+    evolution = Evolution(tiny_config(tmp_path, kappa={"executable": [0.5, 0.5, 0.5, 1.0],
+                                                       "diagnostic": [0.4, 0.4, 0.4, 1.0]}))
+    modes = {s.task_mode: evolution.detection_thresholds(s) for s in evolution.dev}
+    assert modes.get("executable", (0.5, 0.5, 0.5, 1.0)) == (0.5, 0.5, 0.5, 1.0)
+    assert modes.get("diagnostic", (0.4, 0.4, 0.4, 1.0)) == (0.4, 0.4, 0.4, 1.0)
+    auto = Evolution(tiny_config(tmp_path))
+    assert auto.detection_thresholds(auto.dev[0]) == (1.0, 1.0, 1.0, 1.0)

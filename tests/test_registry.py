@@ -61,7 +61,7 @@ def test_builtin_tables_name_what_the_configs_use():
     assert set(CLOUD_BACKENDS) == {"oracle", "simulated", "vllm", "openai", "lm", "reviewer", "calibrated"}
     assert set(USER_BACKENDS) == {"oracle", "simulated", "approves"}
     assert EDGE_BACKENDS["simulated"] is EDGE_BACKENDS["oracle"]  # the old name of the same thing
-    assert MEMBERS.names() == ("rules", "environment", "llm_judge")
+    assert MEMBERS.names() == ("rules", "environment", "llm_judge", "cloud_probe")
     assert "agentdojo" in JUDGES
     for table in (SUITES, EDGE_BACKENDS, CLOUD_BACKENDS, USER_BACKENDS, MEMBERS, JUDGES):
         for name in table:  # every built-in path resolves to something callable
@@ -85,7 +85,7 @@ def test_unknown_names_fail_as_before():
     known = r"\(known: calibrated, embedding, lm, oracle, simulated, smollm2\)"
     with pytest.raises(FarInputError, match=r"unknown backend 'nope' " + known):
         build_models(ModelsConfig(edge=BackendSpec(backend="nope")))
-    with pytest.raises(ValueError, match=r"unknown member\(s\) \['nope'\] \(known: rules, environment, llm_judge\)"):
+    with pytest.raises(ValueError, match=r"unknown member\(s\) \['nope'\] \(known: rules, environment, llm_judge, cloud_probe\)"):
         EnsembleConfig(members=("rules", "nope"))
 
 
