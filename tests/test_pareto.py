@@ -75,11 +75,14 @@ def test_repairs_exhaustively_on_a_small_grid_with_ties_and_infinities():
             c = [-INF if math.isnan(x) else x for x in candidate]
             f = [-INF if math.isnan(x) else x for x in failed]
             short = [x < 1.0 for x in f]
-            expected = any(short) and all(ci > fi if si else ci >= fi for ci, fi, si in zip(c, f, short))
+            expected = (any(ci > fi for ci, fi, si in zip(c, f, short) if si)
+                        and all(ci >= fi for ci, fi in zip(c, f)))
             assert repairs(candidate, failed) == expected, (candidate, failed)
     assert not repairs((0.0, 1.0), (0.0, 1.0))  # the failed action itself never repairs (a tie)
     assert repairs((1.0, 1.0), (0.0, 1.0)) and not repairs((1.0, 0.5), (0.0, 1.0))  # no worse elsewhere
     assert not repairs((1.0, 1.0), (1.0, 1.0))  # nothing fell short: nothing to repair
+    assert repairs((1.0, 0.0), (0.0, 0.0))  # one shortfall fixed, the other no worse: a repair
+    assert not repairs((1.0, -INF), (0.0, 0.0))  # ... not if the other got worse
     with pytest.raises(ValueError):
         repairs((1.0,), (1.0, 1.0))
 
@@ -93,8 +96,9 @@ def test_repairs_with_thresholds_exhaustively():
                 c = [-INF if math.isnan(x) else x for x in candidate]
                 f = [-INF if math.isnan(x) else x for x in failed]
                 short = [x < t for x, t in zip(f, thresholds)]
-                expected = any(short) and all(ci > fi if si else ci >= min(fi, t)
-                                              for ci, fi, si, t in zip(c, f, short, thresholds))
+                expected = (any(ci > fi for ci, fi, si in zip(c, f, short) if si)
+                            and all(ci >= fi if si else ci >= min(fi, t)
+                                    for ci, fi, si, t in zip(c, f, short, thresholds)))
                 assert repairs(candidate, failed, thresholds) == expected, (candidate, failed, thresholds)
     for candidate in itertools.product(grid, repeat=2):  # thresholds of 1 are the plain rule on z in [0, 1]
         for failed in itertools.product((0.0, 0.25, 0.5, 1.0), repeat=2):

@@ -48,11 +48,13 @@ def feasible(z: Vector, kappa: Sequence[float]) -> bool:
 
 
 def repairs(candidate: Vector, failed: Vector, thresholds: Vector | None = None) -> bool:
-    """A candidate repairs a failed action iff it is strictly better on every dimension where the failed action
-    fell short of its threshold (z < t) and, on every other dimension, no worse than the failed action or the
-    threshold, whichever is lower (a graded score may dip, never below t). Without thresholds: short means
-    z < 1, and elsewhere no worse than the failed action. An action that fell short nowhere has nothing to
-    repair; NaN (unknown) never repairs and counts as a shortfall when it is the failed action's."""
+    """A candidate repairs a failed action iff it is strictly better on at least one dimension where the failed
+    action fell short of its threshold (z < t), no worse on the other shortfalls, and, on every dimension that
+    did not fall short, no worse than the failed action or the threshold, whichever is lower (a graded score
+    may dip, never below t). Without thresholds: short means z < 1, and elsewhere no worse than the failed
+    action. An action that fell short nowhere has nothing to repair; NaN (unknown) never repairs and counts as
+    a shortfall when it is the failed action's. (Refusing a misread harmful action fixes security and cannot
+    do the user's task: it is a repair, where "better on every shortfall" left such failures unrepairable.)"""
     if len(candidate) != len(failed):
         raise ValueError(f"vectors of different lengths: {len(candidate)} and {len(failed)}")
     if thresholds is not None and len(thresholds) != len(failed):
@@ -61,9 +63,9 @@ def repairs(candidate: Vector, failed: Vector, thresholds: Vector | None = None)
     floors = (math.inf,) * len(failed) if thresholds is None else thresholds
     triples = [(_value(c), _value(f), t) for c, f, t in zip(candidate, failed, limits)]
     short = [f < t for _, f, t in triples]
-    if not any(short):
+    if not any(c > f for (c, f, _), s in zip(triples, short) if s):
         return False
-    return all(c > f if s else c >= min(f, floor) for (c, f, _), s, floor in zip(triples, short, floors))
+    return all(c >= f if s else c >= min(f, floor) for (c, f, _), s, floor in zip(triples, short, floors))
 
 
 def r_pf(z: Vector, weights: Sequence[float], lam: float) -> float:
