@@ -13,7 +13,7 @@ from rollout.io import load_mapping
 from rollout.models.backends import ModelsConfig
 from rollout.policy import Policy
 from rollout.suites import SuiteSpec
-from verifiers.ensemble import EnsembleConfig, member_model_problem
+from verifiers.ensemble import EnsembleConfig, check_member_models
 
 Kappa = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]  # a z threshold: z lies in [0, 1]
 Thresholds = tuple[Kappa, Kappa, Kappa, Kappa]  # (κ_sec, κ_util, κ_or, κ_ctrl): z's order
@@ -90,12 +90,7 @@ class EvolveConfig(BaseModel):
             raise ValueError("temperature_max must be >= temperature_min")
         return self
 
-    @model_validator(mode="after")
-    def _members_fit_models(self):
-        problem = member_model_problem(self.verifier, self.models.cloud.backend)
-        if problem is not None:
-            raise ValueError(problem)
-        return self
+    _members_fit_models = model_validator(mode="after")(check_member_models)
 
 
 def load_evolve_config(path: str | Path) -> tuple[EvolveConfig, Path]:

@@ -15,7 +15,7 @@ from rollout.policy import Policy, load_policies, parse_named_policies
 from rollout.suites import SuiteSpec
 from search.gate import GateConfig
 from search.space import PolicySpace, load_space, parse_space
-from verifiers.ensemble import EnsembleConfig, LLMJudgeConfig, build_verifier, member_model_problem
+from verifiers.ensemble import EnsembleConfig, LLMJudgeConfig, build_verifier, check_member_models
 from verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
 
 
@@ -33,12 +33,7 @@ class RunConfig(BaseModel):
     engine: Literal["replay", "graph", "columnar"] = "replay"
     verifier: EnsembleConfig = EnsembleConfig()
 
-    @model_validator(mode="after")
-    def _members_fit_models(self):
-        problem = member_model_problem(self.verifier, self.models.cloud.backend)
-        if problem is not None:
-            raise ValueError(problem)
-        return self
+    _members_fit_models = model_validator(mode="after")(check_member_models)
 
 
 class EvaluateConfig(RunConfig):

@@ -110,7 +110,7 @@ class Evaluator:
         self.confidence = confidence
         self.progress = progress  # progress(message) for long model work
         self._prepared: dict[str, list[Any]] = {}
-        self._columnar: dict[str, Any] = {}  # split -> ColumnarTrials (engine columnar)
+        self._columnar: Any = None  # the splits as ColumnarTrials (engine columnar), compiled on first use
         self._fitted = False
         self.fit_report: dict[str, Any] = {}  # what the learned backends were fitted on (set by ``fit``)
         self._holdout_content: set[tuple[str, str]] = set()
@@ -194,14 +194,14 @@ class Evaluator:
         from rollout.scenario import SPLITS
         from search.columnar import ColumnarTrials, compile_columns, unsupported
 
-        if not self._columnar:
+        if self._columnar is None:
             prepared = {split: self.prepared(split) for split in SPLITS}
             problem = next(filter(None, (unsupported(items, self.verifier) for items in prepared.values())), None)
             if problem is not None:
                 raise FarInputError(f"engine columnar cannot evaluate this run: {problem}", field="engine")
-            self._columnar["trials"] = ColumnarTrials({split: compile_columns(items) for split, items in
-                                                       prepared.items()}, self.verifier, self.costs, self.confidence)
-        return self._columnar["trials"]
+            compiled = {split: compile_columns(items) for split, items in prepared.items()}
+            self._columnar = ColumnarTrials(compiled, self.verifier, self.costs, self.confidence)
+        return self._columnar
 
     def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
         if self.engine in ("replay", "columnar"):

@@ -59,8 +59,6 @@ class HttpVerifier:
         return self.verify_many([scenario], [trajectory])[0]
 
     def verify_many(self, scenarios: Sequence[Scenario], trajectories: Sequence[Trajectory]) -> list[Verdict]:
-        import httpx
-
         verdicts: list[Verdict] = []
         pairs = list(zip(scenarios, trajectories, strict=True))
         for start in range(0, len(pairs), self.batch_size):

@@ -80,13 +80,15 @@ class EnsembleConfig(BaseModel):
 GRADING_CLOUD_BACKENDS = frozenset({"reviewer"})  # cloud backends that grade actions (P(unsafe)) for cloud_probe
 
 
-def member_model_problem(config: EnsembleConfig, cloud_backend: str) -> str | None:
-    """Why the configured members cannot use the run's models (None: they can): cloud_probe reads the cloud
-    model's P(unsafe), which only a grading backend has."""
-    if "cloud_probe" in config.members and cloud_backend not in GRADING_CLOUD_BACKENDS:
-        return (f"verifier member cloud_probe needs a cloud model that grades actions (models.cloud.backend: "
-                f"{', '.join(sorted(GRADING_CLOUD_BACKENDS))}), not {cloud_backend!r}")
-    return None
+def check_member_models(config: Any) -> Any:
+    """A pydantic ``model_validator(mode="after")`` for run configs with ``verifier`` and ``models``: the
+    configured members can use the run's models (cloud_probe reads the cloud model's P(unsafe), which only a
+    grading backend has)."""
+    backend = config.models.cloud.backend
+    if "cloud_probe" in config.verifier.members and backend not in GRADING_CLOUD_BACKENDS:
+        raise ValueError(f"verifier member cloud_probe needs a cloud model that grades actions "
+                         f"(models.cloud.backend: {', '.join(sorted(GRADING_CLOUD_BACKENDS))}), not {backend!r}")
+    return config
 
 
 def flip(score: float | None) -> float | None:
