@@ -1,6 +1,7 @@
 """FATE from a base model that is unsafe at round 0 (issue 16): does own-ASR fall, and own-TSR hold?
 
-    python bench/bench_evolve_unsafe.py [--rounds 3] [--examples 96] [--seed 0] [--exploration 0.25] [--reuse-base]
+    python bench/bench_evolve_unsafe.py [--rounds 3] [--examples 96] [--seed 0] [--exploration 0.25] [--candidates 4]
+                                        [--reuse-base]
 
 1. The compliant base: SmolLM2-135M-Instruct + LoRA, SFT'd to answer "handle" to ``--examples`` train
    scenarios of ``configs/evolve.yaml``'s suite (every kind, harmful and injected included), merged and saved
@@ -9,8 +10,8 @@
 2. ``far evolve configs/evolve.yaml`` with ``model.base`` = that folder, ``--rounds`` rounds and no early stop
    (the safety gate still rolls back a round that raises own-ASR or own-HCR on the check slice).
 
-Writes bench/out/evolve_unsafe_explore<E>.json (per round: own-ASR, own-HCR, own-TSR, own over-refusal on holdout, the
-rules that settled each repair, clip fraction, seconds).
+Writes bench/out/evolve_unsafe_explore<E>-k<K>-seed<S>.json (per round: own-ASR, own-HCR, own-TSR, own
+over-refusal on holdout, the rules that settled each repair, clip fraction, seconds).
 """
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=96)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--exploration", type=float, default=0.0, help="evolve.exploration for the run")
+    parser.add_argument("--candidates", type=int, default=None, help="evolve.candidates (K) for the run "
+                        "(default: configs/evolve.yaml's)")
     parser.add_argument("--reuse-base", action="store_true", help="keep a compliant base built earlier")
     parser.add_argument("--workdir", default=str(ROOT / "bench" / "out" / "evolve_unsafe"))
     args = parser.parse_args()
@@ -74,11 +77,14 @@ def main() -> None:
         result = {"base": compliant_base(base, args.examples, args.seed)}
     print(json.dumps(result["base"]), flush=True)
     config = yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text())
-    run = workdir / f"run-explore{args.exploration:g}"
+    if args.candidates is not None:
+        config["candidates"] = args.candidates
+    tag = f"explore{args.exploration:g}-k{config['candidates']}-seed{args.seed}"
+    run = workdir / f"run-{tag}"
     config.update({"seed": args.seed, "rounds": args.rounds, "min_improvement": 0.0, "output": str(run),
                    "rewards": str(ROOT / "configs" / "rewards.yaml"), "model": {**config["model"], "base": str(base)},
                    "exploration": args.exploration})
-    path = workdir / f"evolve-explore{args.exploration:g}.yaml"
+    path = workdir / f"evolve-{tag}.yaml"
     path.write_text(yaml.safe_dump(config))
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "serve", "evolve", str(path)], check=True, cwd=ROOT,
@@ -87,7 +93,7 @@ def main() -> None:
     result["rounds"] = rows
     result["wall_s"] = time.perf_counter() - started
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    out = ROOT / "bench" / "out" / f"evolve_unsafe_explore{args.exploration:g}.json"
+    out = ROOT / "bench" / "out" / f"evolve_unsafe_{tag}.json"
     out.write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps(result, indent=2, default=str))
 

@@ -73,6 +73,12 @@ class EvolveConfig(BaseModel):
     rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct decisions (from dev, safety "
                              "first) trained on per repair, so repairs do not unlearn refusals")
     kappa: KappaConfig | Literal["auto"] = KappaConfig()
+    attainable_kappa: bool = Field(True, description="lower κ, per input, to the best z any valid decision attains "
+                                   "there: no decision does the user's task when the call was injected, and a κ "
+                                   "on utility would then make the safe refusal a failure and filter it out")
+    supervise_on: Literal["repair", "decision", "both"] = Field(
+        "both", description="the prompts a* is taught on (SFT) and PFPO samples: the repair prompt p_f (FATE), "
+                            "the plain decision prompt x (what the model answers when deployed), or both")
     weights: tuple[Weight, Weight, Weight, Weight] = (1.0, 1.0, 1.0, 1.0)
     lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF")
     beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q* ∝ 1[PF]·exp(β r_PF)")

@@ -8,11 +8,15 @@ Round t (π_t is the current model):
    scored by the verifier ensemble. The distinct-candidate rate is reported. Decisions are sampled from π_t
    restricted to the three valid words (constrained decoding: their sequence probabilities, renormalised),
    so a small model that does not follow the format still acts, and still learns, within it.
-3. supervision: candidates that meet κ_τ (per task mode; ``kappa: auto`` picks κ at the knee of the dev
-   candidates' feasible-share/quality curve) form the feasible set; its Pareto front (on z) gets
-   q* ∝ exp(β·(r_PF + diversity bonus)), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved.
-4. SFT (LoRA, loss on a* only), then 5. PFPO on R_t's prompts: G samples each, A_i = r_i − mean_j r_j,
-   clipped ratio loss with a KL penalty to the base model.
+3. supervision: candidates that repair the failure (strictly better where it fell short of κ_τ) and meet κ_τ
+   (per task mode; ``kappa: auto`` picks κ at the knee of the dev candidates' feasible-share/quality curve)
+   form the feasible set; its Pareto front (on z) gets q* ∝ exp(β·(r_PF + diversity bonus)), off-front
+   candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved. κ is lowered, per input, to the best z any valid
+   decision attains there (``attainable_kappa``): refusing an injected call cannot do the user's task, and a
+   utility floor would otherwise make that safe refusal a failure and filter it out as a repair.
+4. SFT (LoRA, loss on a* only) on p_f and/or the plain decision prompt x (``supervise_on``; the deployed model
+   answers x), beside rehearsed correct decisions, then 5. PFPO on the same prompts: G samples each,
+   A_i = r_i − mean_j r_j, clipped ratio loss with a KL penalty to the base model.
 6. the safety gate: a round that raises the model's own ASR or HCR on the check slice by more than
    ``safety_tolerance`` is rolled back (the adapter restored; ``rolled_back`` says why);
 7. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
@@ -43,7 +47,7 @@ from evolve.task import (
 from rollout.errors import FarInputError
 from rollout.eval_only import refuse_eval_only
 from rollout.scenario import Scenario
-from verifiers.pareto import feasible, knee, pareto_front, r_pf, repairs, supervision_distribution
+from verifiers.pareto import attainable, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution
 from verifiers.taxonomy import FailureKind, SuccessKind
 
 def require_trainable(scenarios: Sequence[Scenario]) -> None:
@@ -61,6 +65,7 @@ class Failure:
     scenario: Scenario
     action: str
     scored: Scored
+    best: tuple[float, ...] = (float("nan"),) * 4  # per dimension, the best z any valid decision attains here
 
 
 @dataclass
@@ -85,14 +90,27 @@ def kappa_for(kappa: KappaConfig, mode: str) -> tuple[float, float, float, float
     return kappa.diagnostic if mode == "diagnostic" else kappa.executable
 
 
-def auto_kappa(config: EvolveConfig, groups: Sequence[Sequence[Candidate]]) -> KappaConfig:
+def input_thresholds(kappa: KappaConfig, scenario: Scenario, best: Sequence[float], lowered: bool = True
+                     ) -> tuple[float, ...]:
+    """κ for the scenario's task mode, lowered to ``best``, what a valid decision attains on it (``attainable``),
+    unless ``lowered`` is off (``attainable_kappa: false``)."""
+    thresholds = kappa_for(kappa, scenario.task_mode)
+    return tuple(attainable(thresholds, best)) if lowered else thresholds
+
+
+def auto_kappa(config: EvolveConfig, failures: Sequence[Failure], groups: Sequence[Sequence[Candidate]]
+               ) -> KappaConfig:
     """κ at the knee of the curve (share of failures with a feasible repair, mean r_PF of feasible repairs)
-    as one level c is applied to all four thresholds, c in 0, 0.25, ..., 1."""
+    as one level c is applied to all four thresholds, c in 0, 0.25, ..., 1 (each lowered to the attainable,
+    as the κ filter applies it)."""
     levels = [0.0, 0.25, 0.5, 0.75, 1.0]
     points = []
     for level in levels:
-        thresholds = (level,) * 4
-        kept = [[c for c in group if feasible(c.scored.z, thresholds)] for group in groups]
+        level_kappa = KappaConfig(executable=(level,) * 4, diagnostic=(level,) * 4)
+        kept = [[c for c in group
+                 if feasible(c.scored.z, input_thresholds(level_kappa, failure.scenario, failure.best,
+                                                          config.attainable_kappa))]
+                for failure, group in zip(failures, groups)]
         share = sum(bool(k) for k in kept) / max(1, len(groups))
         quality = [c.reward for k in kept for c in k]
         points.append((share, sum(quality) / len(quality) if quality else 0.0))
@@ -116,7 +134,7 @@ def supervise_with_rule(config: EvolveConfig, failure: Failure, candidates: Sequ
     """``supervise``, and which rule decided (``RULES``): ``repair`` left one candidate (only one strictly
     improves on the failure where it fell short), ``kappa`` narrowed the repairs to one, ``pareto`` narrowed
     the feasible ones to one, ``r_pf`` weighed several front members, ``none``: nothing qualified."""
-    thresholds = kappa_for(kappa, failure.scenario.task_mode)
+    thresholds = input_thresholds(kappa, failure.scenario, failure.best, config.attainable_kappa)
     repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z, thresholds)]
     feasible_idx = [i for i in repairing if feasible(candidates[i].scored.z, thresholds)]
     front = {feasible_idx[i] for i in pareto_front([candidates[j].scored.z for j in feasible_idx])}
@@ -195,8 +213,8 @@ def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], con
 
 
 class Evolution:
-    def __init__(self, config: EvolveConfig, base_dir: Path | None = None, progress: Callable[[str], None] | None = None,
-                 model: Any = None) -> None:
+    def __init__(self, config: EvolveConfig, base_dir: Path | None = None,
+                 progress: Callable[[str], None] | None = None, model: Any = None) -> None:
         from rollout.models.backends import build_models
         from rollout.suites import build_suite
         from search.config import RunConfig, make_verifier
@@ -222,6 +240,7 @@ class Evolution:
                           "cannot see own-ASR or own-HCR rise (raise check_size)")
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
+        self._best: dict[str, tuple[float, ...]] = {}  # scenario id -> best attainable z (``best``)
         self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
         models = build_models(config.models, base_dir=base_dir)
@@ -240,11 +259,24 @@ class Evolution:
         texts = [options[0] for options in self.model.choose(prompts, DECISIONS, temperature=0.0)]
         return self.task.score(scenarios, [parse_decision(t) for t in texts])
 
+    def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
+        """Per scenario, the best z each dimension attains over the valid decisions (all three are scored: the
+        world is recorded, so this is replay; cached, as the scores of a decision never change)."""
+        missing = [s for s in scenarios if s.id not in self._best]
+        if missing:
+            per_decision = [self.task.score(missing, [d] * len(missing)) for d in DECISIONS]
+            for i, scenario in enumerate(missing):
+                self._best[scenario.id] = tuple(max(scored[i].z[d] for scored in per_decision) for d in range(4))
+        return [self._best[s.id] for s in scenarios]
+
     def detection_thresholds(self, scenario: Scenario) -> tuple[float, ...]:
         """Below these a decision failed: the configured κ (graded z from a member such as cloud_probe is
-        rarely exactly 1), or 1 everywhere under ``kappa: auto`` (chosen from the candidates, found later)."""
+        rarely exactly 1), or 1 everywhere under ``kappa: auto`` (chosen from the candidates, found later);
+        lowered to what a valid decision attains on the input (``attainable_kappa``), so the best possible
+        decision, a refusal of an injected call say, is not a failure."""
         kappa = self.config.kappa
-        return (1.0,) * 4 if kappa == "auto" else kappa_for(kappa, scenario.task_mode)
+        kappa = KappaConfig(executable=(1.0,) * 4, diagnostic=(1.0,) * 4) if kappa == "auto" else kappa
+        return input_thresholds(kappa, scenario, self.best([scenario])[0], self.config.attainable_kappa)
 
     def collect(self) -> list[Failure]:
         """This round's failures on dev; the decisions that met every objective join the rehearsal pool."""
@@ -255,7 +287,8 @@ class Evolution:
                 self.correct[scenario.id] = (scenario, sc.decision)
             else:
                 self.correct.pop(scenario.id, None)  # no longer decided correctly: not rehearsed as such
-        return [Failure(s, sc.decision, sc) for s, sc, bad in zip(self.dev, scored, failed) if bad]
+        return [Failure(s, sc.decision, sc, b) for s, sc, bad, b in zip(self.dev, scored, failed, self.best(self.dev))
+                if bad]
 
     def rehearsal(self, repairs: int, rng: random.Random) -> list[tuple[Scenario, str]]:
         """Correct decisions to train on beside the repairs (``rehearsal`` per repair), safety first: refusals
@@ -286,6 +319,20 @@ class Evolution:
             for group, text, sc in zip(groups, texts, scored):
                 group.append(Candidate(text.strip(), sc, reward(config, sc.z)))
         return prompts, groups
+
+    def taught(self, buffer: Sequence[tuple[Failure, str, Candidate, list[float]]]
+               ) -> list[tuple[str, Scenario, str]]:
+        """(prompt, scenario, a*) to teach: each repair on its repair prompt p_f and/or the plain decision
+        prompt (``supervise_on``)."""
+        on = self.config.supervise_on
+        out = []
+        for failure, prompt, chosen, _ in buffer:
+            if on in ("repair", "both"):
+                out.append((prompt, failure.scenario, chosen.scored.decision))
+            if on in ("decision", "both"):
+                out.append((self.model.prompt(decision_messages(failure.scenario)), failure.scenario,
+                            chosen.scored.decision))
+        return out
 
     def pfpo(self, prompts: Sequence[str], scenarios: Sequence[Scenario], round_index: int
              ) -> tuple[list[float], list[float]]:
@@ -371,7 +418,7 @@ class Evolution:
             self.explored = 0
             prompts, groups = self.propose(failures, t)
             distinct = sum(len({c.scored.decision for c in g}) for g in groups) / sum(len(g) for g in groups)
-            kappa = auto_kappa(config, groups) if config.kappa == "auto" else config.kappa
+            kappa = auto_kappa(config, failures, groups) if config.kappa == "auto" else config.kappa
             buffer = []
             decided = dict.fromkeys(RULES, 0)  # how often each selection rule settled a failure's repair
             for failure, prompt, group in zip(failures, prompts, groups):
@@ -386,11 +433,12 @@ class Evolution:
                 for f, p, c, q in buffer]) if buffer else pa.table({"scenario_id": pa.array([], pa.string())}))
             rehearsed = self.rehearsal(len(buffer), rng) if buffer else []
             require_trainable([scenario for scenario, _ in rehearsed])
+            taught = self.taught(buffer)
             sft_losses = self.model.sft(
-                [p for _, p, _, _ in buffer] + [self.model.prompt(decision_messages(s)) for s, _ in rehearsed],
-                [c.scored.decision for _, _, c, _ in buffer] + [decision for _, decision in rehearsed],
+                [p for p, _, _ in taught] + [self.model.prompt(decision_messages(s)) for s, _ in rehearsed],
+                [a for _, _, a in taught] + [decision for _, decision in rehearsed],
                 config.sft.epochs, config.sft.lr, config.sft.batch_size) if buffer else []
-            pfpo_losses, clipped = self.pfpo([p for _, p, _, _ in buffer], [f.scenario for f, _, _, _ in buffer],
+            pfpo_losses, clipped = self.pfpo([p for p, _, _ in taught], [s for _, s, _ in taught],
                                              t) if buffer else ([], [])
             check_metrics = self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
@@ -415,7 +463,8 @@ class Evolution:
                 "seconds": time.perf_counter() - round_started,
             })
             self.progress(f"  round {t}: {len(failures)} failures, {len(buffer)} repairs kept, distinct "
-                          f"{distinct:.2f}; holdout {_line(after['overall'])} ({time.perf_counter() - round_started:.0f}s)")
+                          f"{distinct:.2f}; holdout {_line(after['overall'])} "
+                          f"({time.perf_counter() - round_started:.0f}s)")
             if raised:
                 stopped = f"round {t} rolled back ({raised}): the model kept is round {t - 1}'s"
                 break

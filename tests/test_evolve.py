@@ -371,9 +371,54 @@ def test_a_failure_is_judged_against_kappa(tmp_path):
     assert violated(z, (0.5, 0.5, 0.5, 1.0)) == []
     assert violated((0.2, 1.0, 1.0, 1.0), (0.5, 0.5, 0.5, 1.0)) == ["security"]
     evolution = Evolution(tiny_config(tmp_path, kappa={"executable": [0.5, 0.5, 0.5, 1.0],
-                                                       "diagnostic": [0.4, 0.4, 0.4, 1.0]}))
+                                                       "diagnostic": [0.4, 0.4, 0.4, 1.0]}, attainable_kappa=False))
     modes = {s.task_mode: evolution.detection_thresholds(s) for s in evolution.dev}
     assert modes.get("executable", (0.5, 0.5, 0.5, 1.0)) == (0.5, 0.5, 0.5, 1.0)
     assert modes.get("diagnostic", (0.4, 0.4, 0.4, 1.0)) == (0.4, 0.4, 0.4, 1.0)
     auto = Evolution(tiny_config(tmp_path))
     assert auto.detection_thresholds(auto.dev[0]) == (1.0, 1.0, 1.0, 1.0)
+
+
+def test_kappa_is_lowered_to_what_a_valid_decision_attains(tmp_path):
+    """A cloud that vetoes and never revises, a user who approves: no decision does an injected request's task
+    (utility 0 for all three), so κ on utility falls to 0 there and refusing it is no failure (it is rehearsed
+    and it repairs a harmful handle); a benign request keeps κ. With ``attainable_kappa: false`` κ stays."""
+    from evolve.task import violated
+
+    models = {"edge": {"backend": "oracle"}, "user": {"backend": "approves"},
+              "cloud": {"backend": "oracle", "revise_rate": 0.0, "unsafe_catch_rate": 1.0}, "cache": {"enabled": False}}
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
+    evolution = Evolution(tiny_config(tmp_path, models=models, kappa=kappa))
+    train = list(EdgeCloudSuite(EdgeCloudSuiteConfig(size=200, seed=3)).scenarios("train"))
+    injected = next(s for s in train if s.ground_truth.injected)
+    benign = next(s for s in train if s.kind == "benign"
+                  and not s.ground_truth.tool_faults)
+    handled, refused = evolution.task.score([injected, injected], ["handle", "refuse"])
+    assert handled.z[0] == 0.0 and refused.z[0] == 1.0 and refused.z[1] == 0.0
+    thresholds = evolution.detection_thresholds(injected)
+    assert thresholds == (0.5, 0.0, 0.5, 1.0)
+    assert violated(refused.z, thresholds) == [] and violated(handled.z, thresholds) == ["security"]
+    failure = Failure(injected, "handle", handled, evolution.best([injected])[0])
+    candidates = [Candidate("refuse", refused, 0.0), Candidate("handle", handled, 0.0)]
+    chosen, _ = supervise(evolution.config, failure, candidates, evolution.config.kappa, random.Random(0))
+    assert chosen is not None and chosen.scored.decision == "refuse"
+    assert evolution.detection_thresholds(benign) == (0.5, 0.5, 0.5, 1.0)
+
+    strict = Evolution(tiny_config(tmp_path, models=models, kappa=kappa, attainable_kappa=False))
+    assert strict.detection_thresholds(injected) == (0.5, 0.5, 0.5, 1.0)
+    assert violated(refused.z, strict.detection_thresholds(injected)) == ["utility"]
+    strict_failure = Failure(injected, "handle", handled, strict.best([injected])[0])
+    assert supervise(strict.config, strict_failure, candidates, strict.config.kappa, random.Random(0))[0] is None
+
+
+@pytest.mark.parametrize("on, expected", [("repair", ["p_f"]), ("decision", ["x"]), ("both", ["p_f", "x"])])
+def test_repairs_are_taught_on_the_prompts_configured(tmp_path, on, expected):
+    from evolve.task import decision_messages
+
+    evolution = Evolution(tiny_config(tmp_path, supervise_on=on))
+    scenario = evolution.dev[0]
+    scored = evolution.task.score([scenario], ["refuse"])[0]
+    taught = evolution.taught([(Failure(scenario, "handle", scored), "p_f", Candidate("refuse", scored, 0.0), [1.0])])
+    plain = evolution.model.prompt(decision_messages(scenario))
+    assert [p if p == "p_f" else ("x" if p == plain else p) for p, _, _ in taught] == expected
+    assert all(s is scenario and a == "refuse" for _, s, a in taught)

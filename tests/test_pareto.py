@@ -7,7 +7,9 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from verifiers.pareto import dominates, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution
+from verifiers.pareto import (
+    attainable, dominates, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution,
+)
 
 INF = math.inf
 VALUES = (-INF, 0.0, 0.5, 1.0, INF, math.nan)
@@ -108,6 +110,31 @@ def test_repairs_with_thresholds_exhaustively():
     assert not repairs((1.0, 0.4), (0.1, 1.0), (0.5, 0.5))  # ... unless it falls below the threshold
     with pytest.raises(ValueError):
         repairs((1.0, 1.0), (1.0, 1.0), (1.0,))
+
+
+def test_attainable_kappa_exhaustively():
+    """min(κ, best) per dimension; NaN best keeps κ; every lowered threshold is met by some action."""
+    grid = (-INF, 0.0, 0.25, 0.5, 1.0, INF, math.nan)
+    for kappa in itertools.product((0.0, 0.5, 1.0), repeat=2):
+        for best in itertools.product(grid, repeat=2):
+            got = attainable(kappa, best)
+            for k, b, g in zip(kappa, best, got):
+                assert g == (k if math.isnan(b) else min(k, b)), (kappa, best)
+                assert g <= k  # never stricter than configured
+    for actions in itertools.product(itertools.product((0.0, 0.25, 1.0), repeat=2), repeat=3):
+        best = [max(z[d] for z in actions) for d in range(2)]
+        limits = attainable((0.5, 0.5), best)
+        for d in range(2):  # on each dimension some valid action meets the lowered threshold
+            assert any(z[d] >= limits[d] for z in actions)
+        if all(b >= 0.5 for b in best):
+            assert limits == [0.5, 0.5]  # attainable thresholds are left alone
+    # an injected call: no decision does the user's task (utility 0); refusing is safe, handling is not
+    best = [max(a, b) for a, b in zip((1.0, 0.0), (0.0, 0.0))]
+    limits = attainable((0.5, 0.5), best)
+    assert feasible((1.0, 0.0, 1.0, 1.0), attainable((0.5, 0.5, 0.5, 1.0), (1.0, 0.0, 1.0, 1.0)))
+    assert repairs((1.0, 0.0), (0.0, 0.0), limits) and not feasible((1.0, 0.0, 1.0, 1.0), (0.5, 0.5, 0.5, 1.0))
+    with pytest.raises(ValueError):
+        attainable((1.0,), (1.0, 1.0))
 
 
 def test_r_pf_matches_its_formula_on_a_grid():

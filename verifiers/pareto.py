@@ -1,6 +1,6 @@
 """FATE's rules over z vectors: dominance, the Pareto front, feasibility, r_PF, the supervision distribution
-q*, and the knee that ``kappa: auto`` picks. One pure function per rule; higher is better on every dimension
-of z = (security, utility, over_refusal, controllability).
+q*, κ lowered to the attainable, and the knee that ``kappa: auto`` picks. One pure function per rule; higher
+is better on every dimension of z = (security, utility, over_refusal, controllability).
 
 Values may be ±inf. NaN means "unknown" and is treated as the worst value (-inf) everywhere: an unknown
 score never dominates, is never feasible and never earns reward.
@@ -45,6 +45,17 @@ def feasible(z: Vector, kappa: Sequence[float]) -> bool:
     if len(z) != 4 or len(kappa) != 4:
         raise ValueError("z and kappa have 4 entries each (security, utility, over_refusal, controllability)")
     return all(_value(value) >= threshold for value, threshold in zip(z, kappa))
+
+
+def attainable(kappa: Vector, best: Vector) -> list[float]:
+    """κ lowered to what some valid action attains on this input: min(κ_m, best_m) per dimension, where best_m
+    is the highest z_m any valid action scores there. A threshold no action can meet would make every action a
+    failure and filter out every repair, whatever it fixes (refusing an injected call keeps the user safe and
+    cannot do their task: utility is 0 for every valid action). NaN in ``best`` (unknown) leaves κ_m as it is:
+    an unknown cannot relax a requirement."""
+    if len(kappa) != len(best):
+        raise ValueError(f"{len(kappa)} thresholds for {len(best)} best scores")
+    return [k if math.isnan(b) else min(k, b) for k, b in zip(kappa, best)]
 
 
 def repairs(candidate: Vector, failed: Vector, thresholds: Vector | None = None) -> bool:
