@@ -21,7 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-METRICS = ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed")
+METRICS = ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed", "own_asr", "own_hcr", "own_tsr",
+           "own_over_refusal")
+ROUND_FACTS = ("failures", "buffer", "rehearsed", "explored", "distinct_rate", "clip_fraction", "rolled_back",
+               "decided_by_repair", "decided_by_kappa", "decided_by_pareto", "decided_by_r_pf", "decided_by_none")
 
 
 def run_seed(seed: int, rounds: int, out: Path) -> dict:
@@ -42,7 +45,7 @@ def run_seed(seed: int, rounds: int, out: Path) -> dict:
     rows = pq.read_table(out / "rounds.parquet").to_pylist()
     return {"seed": seed, "wall_s": time.perf_counter() - started, "peak_rss_mib": peak_mib,
             "round_seconds": [r["seconds"] for r in rows[1:]],
-            "rounds": [{k: r[k] for k in ("round", *METRICS, "failures", "buffer", "distinct_rate")} for r in rows]}
+            "rounds": [{k: r[k] for k in ("round", *METRICS, *ROUND_FACTS)} for r in rows]}
 
 
 class FixedSuite:

@@ -31,8 +31,18 @@ class KappaConfig(BaseModel):
 class SFTSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     epochs: int = Field(2, ge=0)
+    max_epochs: int | None = Field(None, ge=1, description="after `epochs`, keep passing over the taught examples, "
+                                   "up to this many passes in all, until the model's greedy decision on every "
+                                   "taught prompt is its target (judged on the training examples themselves): a "
+                                   "handful of repairs barely moves a confident model in two passes")
     lr: float = Field(5e-4, gt=0)
     batch_size: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _epochs(self) -> "SFTSettings":
+        if self.max_epochs is not None and self.max_epochs < self.epochs:
+            raise ValueError("max_epochs must be >= epochs")
+        return self
 
 
 class PFPOSettings(BaseModel):

@@ -149,6 +149,24 @@ def supervise_with_rule(config: EvolveConfig, failure: Failure, candidates: Sequ
     return candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule
 
 
+class Fit:
+    """Whether SFT has learned its examples: the model's greedy decision on each prompt is its target (checked on
+    the training examples themselves). ``extra`` counts the passes a failed check added."""
+
+    def __init__(self, model: Any, prompts: Sequence[str], targets: Sequence[str]) -> None:
+        self.model, self.prompts, self.targets = model, list(prompts), list(targets)
+        self.extra = 0
+
+    def share(self) -> float:
+        picks = [options[0].strip() for options in self.model.choose(self.prompts, DECISIONS, temperature=0.0)]
+        return sum(p == t for p, t in zip(picks, self.targets)) / max(1, len(self.targets))
+
+    def learned(self) -> bool:
+        done = self.share() >= 1.0
+        self.extra += not done
+        return done
+
+
 def unsafe_rise(before: dict[str, float], after: dict[str, float], tolerance: float) -> str:
     """Which of the model's own unsafe rates (own-ASR, own-HCR) rose by more than ``tolerance`` from ``before``
     to ``after``, as a message; empty when none did (a rate measured on no scenario, NaN, is not compared)."""
@@ -402,7 +420,8 @@ class Evolution:
         best = kept_check["mean_r_pf"]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
-                           "sft_loss": None, "pfpo_loss": None, "clip_fraction": None, "check_mean_r_pf": best,
+                           "sft_loss": None, "sft_epochs": None, "sft_fit": None, "pfpo_loss": None,
+                           "clip_fraction": None, "check_mean_r_pf": best,
                            "rolled_back": None,
                            **{f"decided_by_{rule}": None for rule in RULES},
                            "seconds": time.perf_counter() - started})
@@ -434,10 +453,11 @@ class Evolution:
             rehearsed = self.rehearsal(len(buffer), rng) if buffer else []
             require_trainable([scenario for scenario, _ in rehearsed])
             taught = self.taught(buffer)
-            sft_losses = self.model.sft(
-                [p for p, _, _ in taught] + [self.model.prompt(decision_messages(s)) for s, _ in rehearsed],
-                [a for _, _, a in taught] + [decision for _, decision in rehearsed],
-                config.sft.epochs, config.sft.lr, config.sft.batch_size) if buffer else []
+            sft_prompts = [p for p, _, _ in taught] + [self.model.prompt(decision_messages(s)) for s, _ in rehearsed]
+            sft_targets = [a for _, _, a in taught] + [decision for _, decision in rehearsed]
+            fit = Fit(self.model, sft_prompts, sft_targets)
+            sft_losses = self.model.sft(sft_prompts, sft_targets, config.sft.epochs, config.sft.lr,
+                                        config.sft.batch_size, config.sft.max_epochs, fit.learned) if buffer else []
             pfpo_losses, clipped = self.pfpo([p for p, _, _ in taught], [s for _, s, _ in taught],
                                              t) if buffer else ([], [])
             check_metrics = self.check_metrics()
@@ -456,6 +476,8 @@ class Evolution:
                 "rehearsed": len(rehearsed),
                 "kappa": json.dumps(kappa.model_dump(mode="json")),
                 "sft_loss": sft_losses[-1] if sft_losses else None,
+                "sft_epochs": config.sft.epochs + fit.extra if buffer else None,
+                "sft_fit": fit.share() if buffer else None,  # share of the taught examples now decided as taught
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "check_mean_r_pf": check, "rolled_back": raised or None,

@@ -4,7 +4,7 @@ completion log-probs, SFT on completions only. Torch runs with one thread (2 thr
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -152,8 +152,11 @@ class PolicyModel:
         return self.torch.optim.AdamW(params, lr=lr)
 
     def sft(self, prompts: Sequence[str], completions: Sequence[str], epochs: int, lr: float,
-            batch_size: int = 8) -> list[float]:
-        """LoRA SFT, loss on the completion tokens only (the prompt is masked). Returns the loss per step."""
+            batch_size: int = 8, max_epochs: int | None = None, learned: Callable[[], bool] | None = None
+            ) -> list[float]:
+        """LoRA SFT, loss on the completion tokens only (the prompt is masked). Returns the loss per step.
+        After ``epochs`` passes, further passes up to ``max_epochs`` run while ``learned()`` (called with the
+        model in eval mode) is false."""
         from evolve.objectives import masked_mean
 
         torch = self.torch
@@ -162,7 +165,9 @@ class PolicyModel:
         self.model.train()
         order = list(range(len(prompts)))
         generator = torch.Generator().manual_seed(self.spec.seed)
-        for _ in range(epochs):
+        epoch = 0
+        while epoch < epochs or (learned is not None and epoch < (max_epochs or epochs) and not self._eval(learned)):
+            epoch += 1
             shuffled = [order[i] for i in torch.randperm(len(order), generator=generator).tolist()]
             for start in range(0, len(shuffled), batch_size):
                 chosen = shuffled[start:start + batch_size]
@@ -175,6 +180,13 @@ class PolicyModel:
                 losses.append(float(loss.detach()))
         self.model.eval()
         return losses
+
+    def _eval(self, check: Callable[[], bool]) -> bool:
+        self.model.eval()
+        try:
+            return check()
+        finally:
+            self.model.train()
 
     def snapshot(self) -> dict:
         """The trainable (adapter) weights, copied: ``restore`` puts them back (a rolled-back round)."""

@@ -240,6 +240,7 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
     if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
         assert rounds[1]["clip_fraction"] is not None and 0.0 <= rounds[1]["clip_fraction"] <= 1.0
+        assert rounds[1]["sft_epochs"] == 1 and 0.0 <= rounds[1]["sft_fit"] <= 1.0  # no max_epochs: 1 pass
     by_category = pq.read_table(tmp_path / "rounds_by_category.parquet").to_pylist()
     assert {r["round"] for r in by_category} == {0, 1}
     buffer = pq.read_table(tmp_path / "replay_buffer_round1.parquet").to_pylist()
@@ -320,6 +321,8 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
     ("weights: [1.0, .inf, 1.0, 1.0]", "weights"),
     ("lam: .nan", "lam"),
     ("candidates: 0", "candidates"),
+    ("sft: {epochs: 3, max_epochs: 2}", "sft"),
+    ("supervise_on: everything", "supervise_on"),
     ("model: {base: HuggingFaceTB/SmolLM2-360M}", "model.base"),
 ])
 def test_bad_evolve_settings_are_one_line_before_anything_loads(tmp_path, capsys, line, field):
@@ -422,3 +425,37 @@ def test_repairs_are_taught_on_the_prompts_configured(tmp_path, on, expected):
     plain = evolution.model.prompt(decision_messages(scenario))
     assert [p if p == "p_f" else ("x" if p == plain else p) for p, _, _ in taught] == expected
     assert all(s is scenario and a == "refuse" for _, s, a in taught)
+
+
+@pytest.mark.parametrize("learned_after, expected_epochs", [(None, 1), (0, 1), (2, 3), (99, 4)])
+def test_sft_runs_past_its_epochs_until_the_examples_are_learned(learned_after, expected_epochs):
+    """``epochs`` passes always; then more, up to ``max_epochs``, while ``learned()`` is false (checked in eval
+    mode); without ``learned`` exactly ``epochs``."""
+    from evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random"))
+    prompts = [model.prompt(decision_messages_for(f"turn on light {i}")) for i in range(5)]
+    checks = []
+
+    def learned() -> bool:
+        checks.append(model.model.training)
+        return len(checks) > learned_after
+
+    losses = model.sft(prompts, ["refuse"] * 5, epochs=1, lr=1e-3, batch_size=2, max_epochs=4,
+                       learned=None if learned_after is None else learned)
+    assert len(losses) == expected_epochs * 3  # 3 batches of 2 per pass over 5 examples
+    assert not any(checks) and model.model.training is False  # checked in eval mode, left in eval mode
+    assert len(checks) == (0 if learned_after is None else min(learned_after + 1, 3))
+
+
+def test_the_fit_check_reads_the_models_greedy_decisions():
+    from evolve.loop import Fit
+
+    class Scripted:
+        def choose(self, prompts, options, temperature, n=1, seed=0):
+            assert temperature == 0.0 and tuple(options) == ("handle", "escalate", "refuse")
+            return [["refuse"] if "bad" in p else [" handle"] for p in prompts]
+
+    fit = Fit(Scripted(), ["bad one", "fine one", "bad two"], ["refuse", "handle", "handle"])
+    assert fit.share() == pytest.approx(2 / 3) and not fit.learned() and fit.extra == 1
+    assert Fit(Scripted(), ["bad", "ok"], ["refuse", "handle"]).learned()
