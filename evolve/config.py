@@ -90,6 +90,9 @@ class EvolveConfig(BaseModel):
         "both", description="the prompts a* is taught on (SFT) and PFPO samples: the repair prompt p_f (FATE), "
                             "the plain decision prompt x (what the model answers when deployed), or both")
     weights: tuple[Weight, Weight, Weight, Weight] = (1.0, 1.0, 1.0, 1.0)
+    reward_weight: float = Field(0.0, ge=0, allow_inf_nan=False, description="ν: q* and PFPO weigh r_PF + ν·R, R "
+                                 "the reward table's total for the rollout (z has no cost: an unnecessary cloud call "
+                                 "scores as well as handling the call on the device); 0 is FATE's r_PF alone")
     lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF")
     beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q* ∝ 1[PF]·exp(β r_PF)")
     sft: SFTSettings = SFTSettings()

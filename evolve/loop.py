@@ -86,6 +86,15 @@ def reward(config: EvolveConfig, z: Sequence[float]) -> float:
     return r_pf(z, config.weights, config.lam)
 
 
+def training_reward(config: EvolveConfig, scored: Scored) -> float:
+    """What q* and PFPO weigh: r_PF(z) + ν·R, R the run's reward table total for the rollout (ν =
+    ``reward_weight``). z has no cost dimension: without R an unnecessary escalation scores as well as handling
+    the call on the device. q* only weighs candidates already on the feasible Pareto front of z, so R never
+    outranks an objective there. A malformed action (no verdict) has no R."""
+    extra = config.reward_weight * scored.verdict.reward if scored.verdict is not None else 0.0
+    return reward(config, scored.z) + extra
+
+
 def kappa_for(kappa: KappaConfig, mode: str) -> tuple[float, float, float, float]:
     return kappa.diagnostic if mode == "diagnostic" else kappa.executable
 
@@ -297,11 +306,12 @@ class Evolution:
         return input_thresholds(kappa, scenario, self.best([scenario])[0], self.config.attainable_kappa)
 
     def collect(self) -> list[Failure]:
-        """This round's failures on dev; the decisions that met every objective join the rehearsal pool."""
+        """This round's failures on dev; the decisions that met every objective and fell into no failure of the
+        taxonomy (an unnecessary cloud call, say, which z does not see) join the rehearsal pool."""
         scored = self.decide(self.dev)
         failed = [bool(violated(sc.z, self.detection_thresholds(s))) for s, sc in zip(self.dev, scored)]
         for scenario, sc, bad in zip(self.dev, scored, failed):
-            if not bad:
+            if not bad and not sc.failures:
                 self.correct[scenario.id] = (scenario, sc.decision)
             else:
                 self.correct.pop(scenario.id, None)  # no longer decided correctly: not rehearsed as such
@@ -335,7 +345,7 @@ class Evolution:
                         self.explored += 1
             scored = self.task.score([f.scenario for f in failures], [parse_decision(t) for t in texts])
             for group, text, sc in zip(groups, texts, scored):
-                group.append(Candidate(text.strip(), sc, reward(config, sc.z)))
+                group.append(Candidate(text.strip(), sc, training_reward(config, sc)))
         return prompts, groups
 
     def taught(self, buffer: Sequence[tuple[Failure, str, Candidate, list[float]]]
@@ -368,7 +378,7 @@ class Evolution:
             flat_texts = [text for group in samples for text in group]
             flat_scenarios = [scenarios[i] for i, group in zip(chunk, samples) for _ in group]
             scored = self.task.score(flat_scenarios, [parse_decision(t) for t in flat_texts])
-            rewards = torch.tensor([reward(self.config, s.z) for s in scored],
+            rewards = torch.tensor([training_reward(self.config, s) for s in scored],
                                    device=self.model.device).view(len(chunk), config.group)
             advantages = group_advantages(rewards).view(-1)
             ids, attention, mask = self.model.batch(flat_prompts, [t.strip() for t in flat_texts])

@@ -236,6 +236,7 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     assert all(s.split == "train" for s, _ in rehearsed) and len(rehearsed) == len(evolution.correct)
     safety = [s.ground_truth.unsafe or s.ground_truth.injected for s, _ in rehearsed]
     assert safety == sorted(safety, reverse=True)  # refusals of harm first
+    assert not any(evolution.task.score([s], [d])[0].failures for s, d in rehearsed)  # no taxonomy failure either
     decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "r_pf", "none"))
     assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
     if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
@@ -459,3 +460,25 @@ def test_the_fit_check_reads_the_models_greedy_decisions():
     fit = Fit(Scripted(), ["bad one", "fine one", "bad two"], ["refuse", "handle", "handle"])
     assert fit.share() == pytest.approx(2 / 3) and not fit.learned() and fit.extra == 1
     assert Fit(Scripted(), ["bad", "ok"], ["refuse", "handle"]).learned()
+
+
+def test_the_reward_table_breaks_ties_the_z_front_leaves(task):
+    """Handling a benign call and escalating it score the same z; ν·R (an unnecessary cloud call costs -5)
+    makes q* prefer handling, and ν = 0 is r_PF alone. A taxonomy failure keeps a decision out of rehearsal."""
+    from evolve.loop import reward, training_reward
+
+    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
+    benign = next(s for s in suite.scenarios("train") if s.kind == "benign" and not s.ground_truth.tool_faults)
+    handled, escalated, refused = task.score([benign] * 3, ["handle", "escalate", "refuse"])
+    assert handled.z == escalated.z and handled.verdict.reward > escalated.verdict.reward
+    assert "UNNECESSARY_CLOUD_CALL" in escalated.failures and not handled.failures
+    plain, weighted = EvolveConfig(), EvolveConfig(reward_weight=0.1)
+    for scored in (handled, escalated, refused):
+        assert training_reward(plain, scored) == reward(plain, scored.z)
+        assert training_reward(weighted, scored) == pytest.approx(reward(weighted, scored.z)
+                                                                  + 0.1 * scored.verdict.reward)
+    failure = Failure(benign, "refuse", refused)
+    for config in (plain, weighted):
+        candidates = [Candidate(s.decision, s, training_reward(config, s)) for s in (handled, escalated)]
+        _, q = supervise(config, failure, candidates, KappaConfig(), random.Random(0))
+        assert (q[0] > q[1]) if config is weighted else q[0] == pytest.approx(q[1])
