@@ -10,10 +10,11 @@ Round t (π_t is the current model):
    so a small model that does not follow the format still acts, and still learns, within it.
 3. supervision: candidates that repair the failure (strictly better where it fell short of κ_τ) and meet κ_τ
    (per task mode; ``kappa: auto`` picks κ at the knee of the dev candidates' feasible-share/quality curve)
-   form the feasible set; its Pareto front (on z) gets q* ∝ exp(β·(r_PF + diversity bonus)), off-front
-   candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved. κ is lowered, per input, to the best z any valid
-   decision attains there (``attainable_kappa``): refusing an injected call cannot do the user's task, and a
-   utility floor would otherwise make that safe refusal a failure and filter it out as a repair.
+   form the feasible set; its Pareto front (on z) gets q* ∝ exp(β·(r + diversity bonus)), r = r_PF + ν·R
+   (``training_reward``), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved. κ is lowered,
+   per input, to the best z any valid decision attains there (``attainable_kappa``): refusing an injected
+   call cannot do the user's task, and a utility floor would otherwise make that safe refusal a failure and
+   filter it out as a repair.
 4. SFT (LoRA, loss on a* only) on p_f and/or the plain decision prompt x (``supervise_on``; the deployed model
    answers x), beside rehearsed correct decisions, then 5. PFPO on the same prompts: G samples each,
    A_i = r_i − mean_j r_j, clipped ratio loss with a KL penalty to the base model.
@@ -364,7 +365,7 @@ class Evolution:
 
     def pfpo(self, prompts: Sequence[str], scenarios: Sequence[Scenario], round_index: int
              ) -> tuple[list[float], list[float]]:
-        """PFPO over the repair prompts: the loss of every optimisation pass, and the clip fraction of each."""
+        """PFPO over the prompts taught: the loss of every optimisation pass, and the clip fraction of each."""
         from evolve.objectives import clip_fraction, group_advantages, pfpo_loss
 
         config, torch = self.config.pfpo, self.model.torch
