@@ -66,12 +66,11 @@ def baselines(seed: int, budget: int) -> dict:
     """No weight update: the base SmolLM2 as a calibrated risk edge (``backend: smollm2``), and ``budget``
     policy evaluations on the dev scenarios by FAR's evolutionary search and by Optuna's NSGA-II; each
     winner (``search.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
-    import random
 
     import optuna
 
     from evolve.config import load_evolve_config
-    from evolve.loop import holdout_metrics
+    from evolve.loop import holdout_metrics, slices
     from evolve.task import Scored
     from rollout.models.backends import build_models
     from rollout.suites import build_suite
@@ -85,10 +84,7 @@ def baselines(seed: int, budget: int) -> dict:
     config, base = load_evolve_config(ROOT / "configs" / "evolve.yaml")
     config = config.model_copy(update={"seed": seed})
     suite = build_suite(config.suite, base)
-    rng = random.Random(seed)  # the same draws as Evolution.__init__
-    train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
-    dev = rng.sample(train, min(config.dev_size, len(train)))
-    test = rng.sample(holdout, min(config.holdout_size, len(holdout)))
+    dev, _, test = slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
     models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
                                                          "edge": {"backend": "smollm2"}})
     run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier)
@@ -101,7 +97,8 @@ def baselines(seed: int, budget: int) -> dict:
     def measure(policy) -> dict:
         evaluation = evaluator.evaluate("winner", policy, "holdout")
         scored = [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures)) for v in evaluation.verdicts]
-        return holdout_metrics(test, scored, config)["overall"]
+        overall = holdout_metrics(test, scored, config)["overall"]
+        return {k: v for k, v in overall.items() if not k.startswith("own_")}  # no edge decision to read here
 
     started = time.perf_counter()
     searcher = EvolutionarySearcher(space, population=8, seed=seed)

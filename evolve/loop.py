@@ -240,6 +240,18 @@ def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], con
     return {"overall": metrics(pairs), "by_category": {c: metrics(g) for c, g in sorted(by_category.items())}}
 
 
+def slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Scenario]
+           ) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
+    """The run's (dev, check, holdout) draws, seeded: dev from train; the check slice from the rest of train
+    (early stopping and the safety gate are judged there, never on the holdout); the holdout sample."""
+    rng = random.Random(config.seed)
+    dev = rng.sample(list(train), min(config.dev_size, len(train)))
+    chosen = {s.id for s in dev}
+    rest = [s for s in train if s.id not in chosen]
+    check = rng.sample(rest, min(config.check_size, len(rest)))
+    return dev, check, rng.sample(list(holdout), min(config.holdout_size, len(holdout)))
+
+
 class Evolution:
     def __init__(self, config: EvolveConfig, base_dir: Path | None = None,
                  progress: Callable[[str], None] | None = None, model: Any = None) -> None:
@@ -251,14 +263,9 @@ class Evolution:
         self.config = config
         self.progress = progress or (lambda message: None)
         suite = build_suite(config.suite, base_dir)
-        rng = random.Random(config.seed)
         train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
         require_trainable(train)  # before any model loads: the dev slice and every fit come from train
-        self.dev = rng.sample(train, min(config.dev_size, len(train)))
-        chosen = {s.id for s in self.dev}
-        rest = [s for s in train if s.id not in chosen]
-        # early stopping is judged here: train data the repairs were not drawn from, never the holdout
-        self.check = rng.sample(rest, min(config.check_size, len(rest)))
+        self.dev, self.check, self.holdout = slices(config, train, holdout)
         if not self.check:
             raise FarInputError(f"the train split ({len(train)} scenarios) leaves none for the check slice after "
                                 f"dev_size {config.dev_size}: early stopping and the safety gate need it (lower "
@@ -269,7 +276,6 @@ class Evolution:
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
         self._best: dict[str, tuple[float, ...]] = {}  # scenario id -> best attainable z (``best``)
-        self.holdout = rng.sample(holdout, min(config.holdout_size, len(holdout)))
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
         models = build_models(config.models, base_dir=base_dir)
         models.fit(train, progress=self.progress)  # learned backends (the default cloud reviewer): train only
