@@ -66,6 +66,8 @@ def main() -> None:
     parser.add_argument("--exploration", type=float, default=0.0, help="evolve.exploration for the run")
     parser.add_argument("--candidates", type=int, default=None, help="evolve.candidates (K) for the run "
                         "(default: configs/evolve.yaml's)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
+                        help="override a key of the evolve config (dotted for nested: model.lora_r=32)")
     parser.add_argument("--reuse-base", action="store_true", help="keep a compliant base built earlier")
     parser.add_argument("--workdir", default=str(ROOT / "bench" / "out" / "evolve_unsafe"))
     args = parser.parse_args()
@@ -79,7 +81,15 @@ def main() -> None:
     config = yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text())
     if args.candidates is not None:
         config["candidates"] = args.candidates
-    tag = f"explore{args.exploration:g}-k{config['candidates']}-seed{args.seed}"
+    for item in args.set:
+        key, _, value = item.partition("=")
+        *parents, leaf = key.split(".")
+        node = config
+        for name in parents:
+            node = node.setdefault(name, {})
+        node[leaf] = yaml.safe_load(value)
+    tag = f"explore{args.exploration:g}-k{config['candidates']}-seed{args.seed}" + "".join(
+        f"-{item.replace('=', '')}" for item in args.set)
     run = workdir / f"run-{tag}"
     config.update({"seed": args.seed, "rounds": args.rounds, "min_improvement": 0.0, "output": str(run),
                    "rewards": str(ROOT / "configs" / "rewards.yaml"), "model": {**config["model"], "base": str(base)},
