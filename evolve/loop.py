@@ -76,6 +76,20 @@ class Candidate:
     reward: float
 
 
+@dataclass
+class Lesson:
+    """What a round teaches: the failures found on dev, their kept repairs (``buffer``: failure, repair prompt,
+    a*, q*), the rehearsed correct decisions, and the (prompt, target) examples SFT fits."""
+    failures: list[Failure]
+    distinct: float  # the distinct-candidate rate among the repairs proposed
+    kappa: KappaConfig
+    decided: dict[str, int]  # how often each rule (``RULES``) settled a failure's repair
+    buffer: list[tuple[Failure, str, Candidate, list[float]]]
+    rehearsed: list[tuple[Scenario, str]]
+    taught: list[tuple[str, Scenario, str]]
+    examples: list[tuple[str, str]]
+
+
 def temperatures(k: int, low: float, high: float) -> list[float]:
     """The schedule across the K candidates: evenly from ``low`` to ``high``."""
     if k == 1:
@@ -404,6 +418,42 @@ class Evolution:
             self.model.model.eval()
         return losses, clipped
 
+    def lesson(self, round_index: int, rng: random.Random) -> Lesson | None:
+        """Steps 1-3 of a round: this round's failures on dev, their repairs, what is taught (None when dev holds
+        no failure)."""
+        config = self.config
+        failures = self.collect()
+        if not failures:
+            return None
+        self.explored = 0
+        prompts, groups = self.propose(failures, round_index)
+        distinct = sum(len({c.scored.decision for c in g}) for g in groups) / sum(len(g) for g in groups)
+        kappa = auto_kappa(config, failures, groups) if config.kappa == "auto" else config.kappa
+        buffer = []
+        decided = dict.fromkeys(RULES, 0)  # how often each selection rule settled a failure's repair
+        for failure, prompt, group in zip(failures, prompts, groups):
+            chosen, q, rule = supervise_with_rule(config, failure, group, kappa, rng)
+            decided[rule] += 1
+            if chosen is not None:
+                buffer.append((failure, prompt, chosen, q))
+        require_trainable([f.scenario for f, _, _, _ in buffer])
+        rehearsed = self.rehearsal(len(buffer), rng) if buffer else []
+        require_trainable([scenario for scenario, _ in rehearsed])
+        taught = self.taught(buffer)
+        examples = [(p, a) for p, _, a in taught] + [(self.model.prompt(decision_messages(s)), decision)
+                                                     for s, decision in rehearsed]
+        return Lesson(failures, distinct, kappa, decided, buffer, rehearsed, taught, examples)
+
+    def sft(self, lesson: Lesson) -> tuple[list[float], Fit]:
+        """Step 4: SFT on the lesson's examples (none when no repair was kept)."""
+        settings = self.config.sft
+        prompts, targets = [p for p, _ in lesson.examples], [a for _, a in lesson.examples]
+        fit = Fit(self.model, prompts, targets)
+        if not lesson.buffer:
+            return [], fit
+        return self.model.sft(prompts, targets, settings.epochs, settings.lr, settings.batch_size,
+                              settings.max_epochs, fit.learned), fit
+
     # --- the loop ------------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
         return holdout_metrics(self.holdout, self.decide(self.holdout), self.config)
@@ -441,42 +491,28 @@ class Evolution:
                            "clip_fraction": None, "check_mean_r_pf": best,
                            "rolled_back": None,
                            **{f"decided_by_{rule}": None for rule in RULES},
+                           **{f"seconds_{step}": None for step in ("lesson", "sft", "pfpo", "check", "holdout")},
                            "seconds": time.perf_counter() - started})
         self.progress(f"  round 0 (before training): {_line(before['overall'])}; check slice r_PF {best:.3f}")
         stopped = "rounds done"
         for t in range(1, config.rounds + 1):
             round_started = time.perf_counter()
             snapshot = self.model.snapshot()
-            failures = self.collect()
-            if not failures:
+            lesson = self.lesson(t, rng)
+            if lesson is None:
                 stopped = f"no failures on dev in round {t}"
                 break
-            self.explored = 0
-            prompts, groups = self.propose(failures, t)
-            distinct = sum(len({c.scored.decision for c in g}) for g in groups) / sum(len(g) for g in groups)
-            kappa = auto_kappa(config, failures, groups) if config.kappa == "auto" else config.kappa
-            buffer = []
-            decided = dict.fromkeys(RULES, 0)  # how often each selection rule settled a failure's repair
-            for failure, prompt, group in zip(failures, prompts, groups):
-                chosen, q, rule = supervise_with_rule(config, failure, group, kappa, rng)
-                decided[rule] += 1
-                if chosen is not None:
-                    buffer.append((failure, prompt, chosen, q))
-            require_trainable([f.scenario for f, _, _, _ in buffer])
+            failures, buffer, rehearsed, taught = lesson.failures, lesson.buffer, lesson.rehearsed, lesson.taught
             write_parquet_atomic(output / f"replay_buffer_round{t}.parquet", pa.Table.from_pylist([
                 {"scenario_id": f.scenario.id, "split": f.scenario.split, "prompt": p, "failed_action": f.action,
                  "repair": c.scored.decision, "z": list(c.scored.z), "r_pf": c.reward, "q": q}
                 for f, p, c, q in buffer]) if buffer else pa.table({"scenario_id": pa.array([], pa.string())}))
-            rehearsed = self.rehearsal(len(buffer), rng) if buffer else []
-            require_trainable([scenario for scenario, _ in rehearsed])
-            taught = self.taught(buffer)
-            sft_prompts = [p for p, _, _ in taught] + [self.model.prompt(decision_messages(s)) for s, _ in rehearsed]
-            sft_targets = [a for _, _, a in taught] + [decision for _, decision in rehearsed]
-            fit = Fit(self.model, sft_prompts, sft_targets)
-            sft_losses = self.model.sft(sft_prompts, sft_targets, config.sft.epochs, config.sft.lr,
-                                        config.sft.batch_size, config.sft.max_epochs, fit.learned) if buffer else []
+            timed = {"lesson": time.perf_counter() - round_started}  # seconds per step of the round
+            sft_losses, fit = self.sft(lesson)
+            timed["sft"] = time.perf_counter() - round_started - sum(timed.values())
             pfpo_losses, clipped = self.pfpo([p for p, _, _ in taught], [s for _, s, _ in taught],
                                              t) if buffer else ([], [])
+            timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
             check_metrics = self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
             if raised:  # the round made the model itself less safe: undo it, and say so
@@ -486,23 +522,26 @@ class Evolution:
             kept_check = check_metrics
             check = check_metrics["mean_r_pf"]
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round
+            timed["check"] = time.perf_counter() - round_started - sum(timed.values())
             after = self.evaluate()
+            timed["holdout"] = time.perf_counter() - round_started - sum(timed.values())
             record(t, after, {
-                "failures": len(failures), "distinct_rate": distinct, "explored": self.explored,
+                "failures": len(failures), "distinct_rate": lesson.distinct, "explored": self.explored,
                 "buffer": len(buffer),
                 "rehearsed": len(rehearsed),
-                "kappa": json.dumps(kappa.model_dump(mode="json")),
+                "kappa": json.dumps(lesson.kappa.model_dump(mode="json")),
                 "sft_loss": sft_losses[-1] if sft_losses else None,
                 "sft_epochs": config.sft.epochs + fit.extra if buffer else None,
                 "sft_fit": fit.share() if buffer else None,  # share of the taught examples now decided as taught
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "check_mean_r_pf": check, "rolled_back": raised or None,
-                **{f"decided_by_{rule}": count for rule, count in decided.items()},
+                **{f"decided_by_{rule}": count for rule, count in lesson.decided.items()},
                 "seconds": time.perf_counter() - round_started,
+                **{f"seconds_{step}": value for step, value in timed.items()},
             })
             self.progress(f"  round {t}: {len(failures)} failures, {len(buffer)} repairs kept, distinct "
-                          f"{distinct:.2f}; holdout {_line(after['overall'])} "
+                          f"{lesson.distinct:.2f}; holdout {_line(after['overall'])} "
                           f"({time.perf_counter() - round_started:.0f}s)")
             if raised:
                 stopped = f"round {t} rolled back ({raised}): the model kept is round {t - 1}'s"

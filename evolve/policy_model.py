@@ -3,15 +3,21 @@ completion log-probs, SFT on completions only. Torch runs with one thread (2 thr
 ~9x slower on these 2-core machines)."""
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from rollout.models.lm import Message
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+# the linear layers of Llama-style decoders (SmolLM2, Qwen2, Mistral, Gemma): what ``lora_targets`` may name there
+DECODER_LINEARS = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+LLAMA_STYLE = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text"})
 
 
 class ModelSpec(BaseModel):
@@ -20,6 +26,8 @@ class ModelSpec(BaseModel):
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    lora_targets: tuple[str, ...] = Field(("q_proj", "v_proj"), min_length=1, description="the linear layers "
+                                          "the adapter wraps (names of the base model's modules)")
     seed: int = 0
 
     @field_validator("base")
@@ -33,6 +41,23 @@ class ModelSpec(BaseModel):
             raise ValueError(f"{base!r} is neither smollm2 (or tiny-random) nor a local Hugging Face model folder "
                              "(with a config.json); models are never downloaded")
         return base
+
+    @field_validator("lora_targets")
+    @classmethod
+    def _known_targets(cls, targets: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """Checked at load where the architecture is known (others fail when the adapter is built)."""
+        base = info.data.get("base")
+        if base is None:  # the base itself was refused: that error is the one to read
+            return targets
+        if base in ("smollm2", "tiny-random"):
+            style = "llama"
+        else:
+            style = json.loads((Path(base).expanduser() / "config.json").read_text()).get("model_type", "")
+        unknown = sorted(set(targets) - DECODER_LINEARS)
+        if style in LLAMA_STYLE and unknown:
+            raise ValueError(f"{unknown} are not linear layers of a {style} model: choose among "
+                             f"{sorted(DECODER_LINEARS)}")
+        return targets
 
 
 def _base_folder(base: str) -> Path:
@@ -69,7 +94,7 @@ class PolicyModel:
         else:
             base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         lora = LoraConfig(r=spec.lora_r, lora_alpha=spec.lora_alpha, lora_dropout=spec.lora_dropout,
-                          target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+                          target_modules=list(spec.lora_targets), task_type="CAUSAL_LM")
         # a GPU when there is one (the same code trains a larger model there), else the CPU
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = get_peft_model(base, lora).to(self.device)

@@ -238,7 +238,9 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     assert safety == sorted(safety, reverse=True)  # refusals of harm first
     assert not any(evolution.task.score([s], [d])[0].failures for s, d in rehearsed)  # no taxonomy failure either
     decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "r_pf", "none"))
-    assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
+    assert decided == rounds[1]["failures"]
+    steps = [rounds[1][f"seconds_{step}"] for step in ("lesson", "sft", "pfpo", "check", "holdout")]
+    assert all(s >= 0 for s in steps) and sum(steps) <= rounds[1]["seconds"] + 1e-6  # where the round's time went  # every failure's repair was settled by exactly one rule
     if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
         assert rounds[1]["clip_fraction"] is not None and 0.0 <= rounds[1]["clip_fraction"] <= 1.0
         assert rounds[1]["sft_epochs"] == 1 and 0.0 <= rounds[1]["sft_fit"] <= 1.0  # no max_epochs: 1 pass
@@ -325,6 +327,8 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
     ("sft: {epochs: 3, max_epochs: 2}", "sft"),
     ("supervise_on: everything", "supervise_on"),
     ("model: {base: HuggingFaceTB/SmolLM2-360M}", "model.base"),
+    ("model: {lora_targets: [q_proj, attn]}", "model.lora_targets"),
+    ("model: {lora_targets: []}", "model.lora_targets"),
 ])
 def test_bad_evolve_settings_are_one_line_before_anything_loads(tmp_path, capsys, line, field):
     import time
@@ -447,6 +451,17 @@ def test_sft_runs_past_its_epochs_until_the_examples_are_learned(learned_after, 
     assert len(losses) == expected_epochs * 3  # 3 batches of 2 per pass over 5 examples
     assert not any(checks) and model.model.training is False  # checked in eval mode, left in eval mode
     assert len(checks) == (0 if learned_after is None else min(learned_after + 1, 3))
+
+
+@pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                                 "up_proj", "down_proj")])
+def test_the_adapter_wraps_the_layers_named(targets):
+    from evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random", lora_targets=targets))
+    wrapped = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, p in model.model.named_parameters() if p.requires_grad}
+    assert wrapped == set(targets)
+    assert all(not p.requires_grad for name, p in model.model.named_parameters() if "lora_" not in name)
 
 
 def test_the_fit_check_reads_the_models_greedy_decisions():
