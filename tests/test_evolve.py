@@ -238,9 +238,9 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     assert safety == sorted(safety, reverse=True)  # refusals of harm first
     assert not any(evolution.task.score([s], [d])[0].failures for s, d in rehearsed)  # no taxonomy failure either
     decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "r_pf", "none"))
-    assert decided == rounds[1]["failures"]
+    assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
     steps = [rounds[1][f"seconds_{step}"] for step in ("lesson", "sft", "pfpo", "check", "holdout")]
-    assert all(s >= 0 for s in steps) and sum(steps) <= rounds[1]["seconds"] + 1e-6  # where the round's time went  # every failure's repair was settled by exactly one rule
+    assert all(s >= 0 for s in steps) and sum(steps) <= rounds[1]["seconds"] + 1e-6  # where the round's time went
     if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
         assert rounds[1]["clip_fraction"] is not None and 0.0 <= rounds[1]["clip_fraction"] <= 1.0
         assert rounds[1]["sft_epochs"] == 1 and 0.0 <= rounds[1]["sft_fit"] <= 1.0  # no max_epochs: 1 pass
@@ -459,7 +459,8 @@ def test_the_adapter_wraps_the_layers_named(targets):
     from evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random", lora_targets=targets))
-    wrapped = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name, p in model.model.named_parameters() if p.requires_grad}
+    trained = [name for name, p in model.model.named_parameters() if p.requires_grad]
+    wrapped = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in trained}
     assert wrapped == set(targets)
     assert all(not p.requires_grad for name, p in model.model.named_parameters() if "lora_" not in name)
 
