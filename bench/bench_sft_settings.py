@@ -55,7 +55,8 @@ def main() -> None:
                     "startup_s": time.perf_counter() - started}
 
     def own(scenarios) -> dict:
-        return {k: holdout_metrics(scenarios, evolution.decide(scenarios), config)["overall"][k] for k in OWN}
+        overall = holdout_metrics(scenarios, evolution.decide(scenarios), config)["overall"]
+        return {k: overall[k] for k in OWN}
 
     step = time.perf_counter()
     result["check_before"] = own(evolution.check)

@@ -125,16 +125,41 @@ class PolicyModel:
         return out
 
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str], chunk: int = 16):
-        """log π(option | prompt) for every (prompt, option): shape [len(prompts), len(options)]."""
+        """log π(option | prompt) for every (prompt, option): shape [len(prompts), len(options)]. Each prompt
+        runs through the model once and its key/value cache is shared by the options (a few tokens each): the
+        options differ only after the prompt, and three full passes per prompt cost three times as much."""
         torch = self.torch
-        pairs = [(p, o) for p in prompts for o in options]
+        eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
+        option_rows = [self.tokenizer(o, add_special_tokens=False)["input_ids"] + [eos] for o in options]
+        width, n = max(len(r) for r in option_rows), len(options)
+        option_ids = torch.tensor([r + [pad] * (width - len(r)) for r in option_rows], device=self.device)
+        option_mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in option_rows],
+                                   device=self.device)
         totals = []
-        for start in range(0, len(pairs), chunk):
-            part = pairs[start:start + chunk]
-            ids, attention, mask = self.batch([p for p, _ in part], [o for _, o in part])
-            logp, completion_mask = self.token_logprobs(ids, attention, mask)
-            totals.append((logp * completion_mask).sum(dim=-1))
-        return torch.cat(totals).view(len(prompts), len(options))
+        for start in range(0, len(prompts), chunk):
+            rows = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start:start + chunk]]
+            length, b = max(len(r) for r in rows), len(rows)
+            ids = torch.tensor([[pad] * (length - len(r)) + r for r in rows], device=self.device)
+            attention = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rows], device=self.device)
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)  # left padding: count positions from each start
+            out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                             logits_to_keep=1)
+            targets = option_ids.repeat(b, 1)  # row i*n + o: prompt i, option o
+            first = torch.log_softmax(out.logits[:, -1].float(), dim=-1).repeat_interleave(n, dim=0)
+            logp = [first.gather(-1, targets[:, :1])]
+            if width > 1:  # the options' later tokens, after the cached prompt (padding follows them: causal)
+                cache = out.past_key_values
+                cache.batch_repeat_interleave(n)
+                follow = self.model(input_ids=targets[:, :-1],
+                                    attention_mask=torch.cat([attention.repeat_interleave(n, dim=0),
+                                                              torch.ones_like(targets[:, :-1])], dim=1),
+                                    position_ids=positions[:, -1:].repeat_interleave(n, dim=0)
+                                    + torch.arange(1, width, device=self.device),
+                                    past_key_values=cache, use_cache=False)
+                later = torch.log_softmax(follow.logits.float(), dim=-1)
+                logp.append(later.gather(-1, targets[:, 1:].unsqueeze(-1)).squeeze(-1))
+            totals.append((torch.cat(logp, dim=1) * option_mask.repeat(b, 1)).sum(dim=-1).view(b, n))
+        return torch.cat(totals)
 
     def batch(self, prompts: Sequence[str], completions: Sequence[str]):
         """Token ids of prompt + completion + EOS, left-padded so every completion ends at the last position,

@@ -292,6 +292,21 @@ def test_completion_logprobs_match_a_full_forward_pass():
         assert torch.allclose(logp[row][completion_mask[row].bool()], expected[-n:], atol=1e-4)
 
 
+@pytest.mark.parametrize("options", [("handle", "escalate", "refuse"), ("handle",), ("yes", "no")])
+def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options):
+    # options share the prompt's cached pass: the same figures as a full pass over prompt + option + EOS
+    from evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random", seed=2))
+    prompts = [model.prompt(decision_messages_for("x" * i)) for i in (1, 7, 30)]
+    with torch.inference_mode():
+        shared = model.option_logprobs(prompts, options, chunk=2)
+        ids, attention, mask = model.batch([p for p in prompts for _ in options], [o for _ in prompts for o in options])
+        logp, completion_mask = model.token_logprobs(ids, attention, mask)
+    full = (logp * completion_mask).sum(dim=-1).view(len(prompts), len(options))
+    assert shared.shape == (len(prompts), len(options)) and torch.allclose(shared, full, atol=1e-4)
+
+
 def decision_messages_for(request: str):
     from rollout.models.lm import Message
 
