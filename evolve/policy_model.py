@@ -138,12 +138,8 @@ class PolicyModel:
         totals = []
         for start in range(0, len(prompts), chunk):
             rows = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start:start + chunk]]
-            length, b = max(len(r) for r in rows), len(rows)
-            ids = torch.tensor([[pad] * (length - len(r)) + r for r in rows], device=self.device)
-            attention = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rows], device=self.device)
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)  # left padding: count positions from each start
-            out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                             logits_to_keep=1)
+            out, attention, positions = self._prompt_pass(rows)
+            b = len(rows)
             targets = option_ids.repeat(b, 1)  # row i*n + o: prompt i, option o
             first = torch.log_softmax(out.logits[:, -1].float(), dim=-1).repeat_interleave(n, dim=0)
             logp = [first.gather(-1, targets[:, :1])]
@@ -160,6 +156,30 @@ class PolicyModel:
                 logp.append(later.gather(-1, targets[:, 1:].unsqueeze(-1)).squeeze(-1))
             totals.append((torch.cat(logp, dim=1) * option_mask.repeat(b, 1)).sum(dim=-1).view(b, n))
         return torch.cat(totals)
+
+    def _prompt_pass(self, rows: Sequence[list[int]]):
+        """One cached pass over token rows (the last position's logits kept): the rows' common prefix (the
+        system prompt, with a chat template) runs once, then the rest of each row, left-padded after it. Returns
+        the output, the attention mask and the position ids of the whole rows ([B, T])."""
+        torch = self.torch
+        common = 0
+        shortest = min(len(r) for r in rows)
+        while common < shortest - 1 and all(r[common] == rows[0][common] for r in rows):
+            common += 1
+        cache = None
+        if common:
+            cache = self.model(input_ids=torch.tensor([rows[0][:common]], device=self.device),
+                               use_cache=True, logits_to_keep=1).past_key_values
+            cache.batch_repeat_interleave(len(rows))
+        rest = [r[common:] for r in rows]
+        length, pad = max(len(r) for r in rest), self.tokenizer.pad_token_id
+        ids = torch.tensor([[pad] * (length - len(r)) + r for r in rest], device=self.device)
+        mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rest], device=self.device)
+        positions = common + (mask.cumsum(-1) - 1).clamp(min=0)  # padding sits between the prefix and the rest
+        attention = torch.cat([torch.ones(len(rows), common, dtype=mask.dtype, device=self.device), mask], dim=1)
+        out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
+        return out, attention, positions
 
     def batch(self, prompts: Sequence[str], completions: Sequence[str]):
         """Token ids of prompt + completion + EOS, left-padded so every completion ends at the last position,

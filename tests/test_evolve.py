@@ -292,13 +292,18 @@ def test_completion_logprobs_match_a_full_forward_pass():
         assert torch.allclose(logp[row][completion_mask[row].bool()], expected[-n:], atol=1e-4)
 
 
-@pytest.mark.parametrize("options", [("handle", "escalate", "refuse"), ("handle",), ("yes", "no")])
-def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options):
-    # options share the prompt's cached pass: the same figures as a full pass over prompt + option + EOS
+@pytest.mark.parametrize("options, prompts", [
+    (("handle", "escalate", "refuse"), "chat"), (("handle",), "chat"), (("yes", "no"), "chat"),
+    (("handle", "refuse"), "no common prefix"), (("escalate",), "identical")])
+def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options, prompts):
+    # the prompts' common prefix runs once and each prompt's cache is shared by the options: the same figures
+    # as a full pass over prompt + option + EOS
     from evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random", seed=2))
-    prompts = [model.prompt(decision_messages_for("x" * i)) for i in (1, 7, 30)]
+    prompts = {"chat": [model.prompt(decision_messages_for("x" * i)) for i in (1, 7, 30)],
+               "no common prefix": ["alpha beta", "Zebra", "9 lives and more words"],
+               "identical": ["same prompt"] * 3}[prompts]
     with torch.inference_mode():
         shared = model.option_logprobs(prompts, options, chunk=2)
         ids, attention, mask = model.batch([p for p in prompts for _ in options], [o for _ in prompts for o in options])
