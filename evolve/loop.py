@@ -402,13 +402,13 @@ class Evolution:
             rewards = torch.tensor([training_reward(self.config, s) for s in scored],
                                    device=self.model.device).view(len(chunk), config.group)
             advantages = group_advantages(rewards).view(-1)
-            ids, attention, mask = self.model.batch(flat_prompts, [t.strip() for t in flat_texts])
+            completions = [t.strip() for t in flat_texts]
             with torch.no_grad():
-                old, completion_mask = self.model.token_logprobs(ids, attention, mask)
-                ref, _ = self.model.token_logprobs(ids, attention, mask, reference=True)
+                old, completion_mask = self.model.completion_logprobs(flat_prompts, completions)
+                ref, _ = self.model.completion_logprobs(flat_prompts, completions, reference=True)
             self.model.model.train()
             for _ in range(config.iterations):
-                new, _ = self.model.token_logprobs(ids, attention, mask)
+                new, _ = self.model.completion_logprobs(flat_prompts, completions)
                 loss = pfpo_loss(new, old, ref, advantages, completion_mask, config.epsilon, config.kl_beta)
                 clipped.append(clip_fraction(new.detach(), old, advantages, completion_mask, config.epsilon))
                 optimizer.zero_grad()

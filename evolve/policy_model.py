@@ -157,14 +157,15 @@ class PolicyModel:
             totals.append((torch.cat(logp, dim=1) * option_mask.repeat(b, 1)).sum(dim=-1).view(b, n))
         return torch.cat(totals)
 
-    def _prompt_pass(self, rows: Sequence[list[int]]):
-        """One cached pass over token rows (the last position's logits kept): the rows' common prefix (the
-        system prompt, with a chat template) runs once, then the rest of each row, left-padded after it. Returns
-        the output, the attention mask and the position ids of the whole rows ([B, T])."""
+    def _prompt_pass(self, rows: Sequence[list[int]], keep: int = 1):
+        """One cached pass over token rows, the logits of each row's last ``keep`` positions kept: the rows'
+        common prefix (the system prompt, with a chat template) runs once, then the rest of each row, left-padded
+        after it (the padding is masked; positions count real tokens only). With gradients on, the prefix's
+        gradient is summed over the rows. Returns the output, the attention mask and the position ids."""
         torch = self.torch
         common = 0
         shortest = min(len(r) for r in rows)
-        while common < shortest - 1 and all(r[common] == rows[0][common] for r in rows):
+        while common < shortest - keep and all(r[common] == rows[0][common] for r in rows):
             common += 1
         cache = None
         if common:
@@ -175,46 +176,35 @@ class PolicyModel:
         length, pad = max(len(r) for r in rest), self.tokenizer.pad_token_id
         ids = torch.tensor([[pad] * (length - len(r)) + r for r in rest], device=self.device)
         mask = torch.tensor([[0] * (length - len(r)) + [1] * len(r) for r in rest], device=self.device)
-        positions = common + (mask.cumsum(-1) - 1).clamp(min=0)  # padding sits between the prefix and the rest
+        positions = common + (mask.cumsum(-1) - 1).clamp(min=0)
         attention = torch.cat([torch.ones(len(rows), common, dtype=mask.dtype, device=self.device), mask], dim=1)
         out = self.model(input_ids=ids, attention_mask=attention, position_ids=positions, past_key_values=cache,
-                         use_cache=True, logits_to_keep=1)
+                         use_cache=True, logits_to_keep=keep)
         return out, attention, positions
 
-    def batch(self, prompts: Sequence[str], completions: Sequence[str]):
-        """Token ids of prompt + completion + EOS, left-padded so every completion ends at the last position,
-        the attention mask, and a mask over the completion tokens (all [B, T])."""
+    def completion_logprobs(self, prompts: Sequence[str], completions: Sequence[str], reference: bool = False):
+        """log π(token | everything before it) for each completion's tokens and EOS, right-aligned: [B, k], k
+        the longest completion with its EOS, and the mask of those tokens ([B, k]). Only the last k + 1
+        positions' logits are computed (the full vocabulary at every prompt position would cost gigabytes), and
+        the prompts' common prefix runs once (``_prompt_pass``). ``reference``: the base model, adapter off."""
         torch = self.torch
-        rows, masks = [], []
         eos = self.tokenizer.eos_token_id
+        rows, lengths = [], []
         for prompt, completion in zip(prompts, completions, strict=True):
-            prompt_ids = self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
             completion_ids = self.tokenizer(completion, add_special_tokens=False)["input_ids"] + [eos]
-            rows.append(prompt_ids + completion_ids)
-            masks.append([0] * len(prompt_ids) + [1] * len(completion_ids))
-        width = max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)
-        attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
-        mask = torch.tensor([[0] * (width - len(m)) + m for m in masks], dtype=torch.float32, device=self.device)
-        return ids, attention, mask
-
-    def token_logprobs(self, ids, attention, mask, reference: bool = False):
-        """log π(token | prefix) over the last ``k`` positions, where k covers every completion token (shape
-        [B, k]), and the completion mask cut to match. Only those positions' logits are computed: the full
-        vocabulary at every prompt position would cost gigabytes for nothing."""
-        torch = self.torch
-        k = int(mask.sum(dim=1).max())
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)  # left padding: count positions from each start
-        arguments = {"input_ids": ids, "attention_mask": attention, "position_ids": positions,
-                     "logits_to_keep": k + 1}
+            rows.append(self.tokenizer(prompt, add_special_tokens=False)["input_ids"] + completion_ids)
+            lengths.append(len(completion_ids))
+        k = max(lengths)
         if reference:
             with self.model.disable_adapter():
-                logits = self.model(**arguments).logits
+                out, _, _ = self._prompt_pass(rows, keep=k + 1)
         else:
-            logits = self.model(**arguments).logits
-        logp = torch.log_softmax(logits[:, :-1, :].float(), dim=-1)
-        return logp.gather(-1, ids[:, -k:].unsqueeze(-1)).squeeze(-1), mask[:, -k:]
+            out, _, _ = self._prompt_pass(rows, keep=k + 1)
+        pad = self.tokenizer.pad_token_id  # a row shorter than k (a tiny prompt) is padded on the left, masked
+        targets = torch.tensor([[pad] * (k - len(r[-k:])) + r[-k:] for r in rows], device=self.device)
+        mask = torch.tensor([[0.0] * (k - n) + [1.0] * n for n in lengths], device=self.device)
+        logp = torch.log_softmax(out.logits[:, :-1, :].float(), dim=-1)
+        return logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), mask
 
     # --- training ------------------------------------------------------------------------------------------
     def optimizer(self, lr: float):
@@ -241,8 +231,8 @@ class PolicyModel:
             shuffled = [order[i] for i in torch.randperm(len(order), generator=generator).tolist()]
             for start in range(0, len(shuffled), batch_size):
                 chosen = shuffled[start:start + batch_size]
-                ids, attention, mask = self.batch([prompts[i] for i in chosen], [completions[i] for i in chosen])
-                logp, completion_mask = self.token_logprobs(ids, attention, mask)
+                logp, completion_mask = self.completion_logprobs([prompts[i] for i in chosen],
+                                                                 [completions[i] for i in chosen])
                 loss = -masked_mean(logp, completion_mask)
                 optimizer.zero_grad()
                 loss.backward()

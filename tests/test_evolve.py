@@ -270,45 +270,79 @@ def test_a_round_with_the_real_smollm2(tmp_path):
     assert len(summary["rounds"]) == 2
 
 
-def test_completion_logprobs_match_a_full_forward_pass():
-    # only the completion positions' logits are computed (left padding, position ids from the mask); they
-    # must equal what a plain forward pass over each unpadded sequence gives
+def plain_completion_logprobs(model, prompt: str, completion: str):
+    """The reference: one unpadded, uncached forward pass over prompt + completion + EOS; the log-probs of the
+    completion's tokens."""
+    prompt_ids = model.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    completion_ids = model.tokenizer(completion, add_special_tokens=False)["input_ids"] + [model.tokenizer.eos_token_id]
+    single = torch.tensor([prompt_ids + completion_ids])
+    full = torch.log_softmax(model.model(input_ids=single).logits[0, :-1].float(), dim=-1)
+    return full.gather(-1, single[0, 1:].unsqueeze(-1)).squeeze(-1)[-len(completion_ids):]
+
+
+PROMPT_SETS = ("chat", "no common prefix", "identical")
+
+
+def prompt_set(model, name: str) -> list[str]:
+    return {"chat": [model.prompt(decision_messages_for("x" * i)) for i in (1, 7, 30)],
+            "no common prefix": ["alpha beta", "Zebra", "9 lives and more words"],
+            "identical": ["same prompt"] * 3}[name]
+
+
+@pytest.mark.parametrize("prompts", PROMPT_SETS)
+def test_completion_logprobs_match_a_plain_forward_pass(prompts):
+    # only the completion positions' logits are computed, the common prefix once, the rest left-padded after
+    # it: each row must equal a plain forward pass over its unpadded sequence
     from evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random"))
-    prompts = [model.prompt(decision_messages_for("a short request")),
-               model.prompt(decision_messages_for("a much longer request " * 5))]
-    completions = ["handle", "escalate now"]
-    ids, attention, mask = model.batch(prompts, completions)
-    logp, completion_mask = model.token_logprobs(ids, attention, mask)
-    for row in range(2):
-        real = attention[row].bool()
-        single = ids[row][real].unsqueeze(0)
-        with torch.no_grad():
-            full = torch.log_softmax(model.model(input_ids=single).logits[0, :-1].float(), dim=-1)
-        targets = single[0, 1:]
-        expected = full.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        n = int(completion_mask[row].sum())
-        assert torch.allclose(logp[row][completion_mask[row].bool()], expected[-n:], atol=1e-4)
+    prompts = prompt_set(model, prompts)
+    completions = ["handle", "escalate now", "refuse"]
+    with torch.no_grad():
+        logp, mask = model.completion_logprobs(prompts, completions)
+        for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+            expected = plain_completion_logprobs(model, prompt, completion)
+            assert int(mask[row].sum()) == len(expected) and mask[row, -len(expected):].all()
+            assert torch.allclose(logp[row][mask[row].bool()], expected, atol=1e-4)
 
 
-@pytest.mark.parametrize("options, prompts", [
-    (("handle", "escalate", "refuse"), "chat"), (("handle",), "chat"), (("yes", "no"), "chat"),
-    (("handle", "refuse"), "no common prefix"), (("escalate",), "identical")])
+def test_completion_logprobs_give_the_plain_passs_gradients():
+    # the shared prefix runs once with its gradient summed over the rows: the adapter's gradients must be those of
+    # the plain per-sequence passes
+    from evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random", seed=3))
+    with torch.no_grad():  # LoRA's B starts at zero (A's gradient would be zero): move it
+        for name, p in model.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    prompts, completions = prompt_set(model, "chat"), ["handle", "refuse", "escalate"]
+    trained = [p for p in model.model.parameters() if p.requires_grad]
+
+    def gradients(loss):
+        model.model.zero_grad()
+        loss.backward()
+        return [p.grad.clone() for p in trained]
+
+    logp, mask = model.completion_logprobs(prompts, completions)
+    shared = gradients((logp * mask).sum())
+    plain = gradients(sum(plain_completion_logprobs(model, p, c).sum() for p, c in zip(prompts, completions)))
+    assert any(g.abs().sum() > 0 for g in plain)
+    assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(shared, plain))
+
+
+@pytest.mark.parametrize("options", [("handle", "escalate", "refuse"), ("handle",), ("yes", "no")])
+@pytest.mark.parametrize("prompts", PROMPT_SETS)
 def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options, prompts):
     # the prompts' common prefix runs once and each prompt's cache is shared by the options: the same figures
-    # as a full pass over prompt + option + EOS
+    # as a plain pass over prompt + option + EOS
     from evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random", seed=2))
-    prompts = {"chat": [model.prompt(decision_messages_for("x" * i)) for i in (1, 7, 30)],
-               "no common prefix": ["alpha beta", "Zebra", "9 lives and more words"],
-               "identical": ["same prompt"] * 3}[prompts]
+    prompts = prompt_set(model, prompts)
     with torch.inference_mode():
         shared = model.option_logprobs(prompts, options, chunk=2)
-        ids, attention, mask = model.batch([p for p in prompts for _ in options], [o for _ in prompts for o in options])
-        logp, completion_mask = model.token_logprobs(ids, attention, mask)
-    full = (logp * completion_mask).sum(dim=-1).view(len(prompts), len(options))
+        full = torch.tensor([[float(plain_completion_logprobs(model, p, o).sum()) for o in options] for p in prompts])
     assert shared.shape == (len(prompts), len(options)) and torch.allclose(shared, full, atol=1e-4)
 
 
