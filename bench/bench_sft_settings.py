@@ -44,14 +44,19 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="sft settings, e.g. lr=0.002,batch_size=4")
     parser.add_argument("--targets", default=None, help="model.lora_targets, comma-separated")
     parser.add_argument("--pfpo", action="store_true", help="run PFPO after SFT, as a round does")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
+                        help="override a key of the config's pfpo settings, e.g. rehearsed=false")
     args = parser.parse_args()
     config, base = load_evolve_config(args.config)
     if args.targets:
         config = config.model_copy(update={"model": config.model.model_copy(
             update={"lora_targets": tuple(args.targets.split(","))})})
+    if args.set:
+        config = config.model_copy(update={"pfpo": config.pfpo.model_copy(update=parse_variant(",".join(args.set)))})
     started = time.perf_counter()
     evolution = Evolution(config, base, progress=lambda m: print(m, flush=True))
     result: dict = {"config": str(args.config), "targets": list(config.model.lora_targets),
+                    "pfpo": config.pfpo.model_dump(),
                     "startup_s": time.perf_counter() - started}
 
     def own(scenarios) -> dict:
@@ -81,7 +86,7 @@ def main() -> None:
                "fit": fit.share()}
         if args.pfpo:
             step = time.perf_counter()
-            evolution.pfpo([p for p, _, _ in lesson.taught], [s for _, s, _ in lesson.taught], 1)
+            evolution.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled], 1)
             row.update(pfpo_s=time.perf_counter() - step, fit_after_pfpo=fit.share())
         step = time.perf_counter()
         row["check"] = own(evolution.check)
@@ -89,7 +94,8 @@ def main() -> None:
         result["variants"].append(row)
         print(json.dumps(row, default=str), flush=True)
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out = ROOT / "bench" / "out" / f"sft_settings-{Path(args.config).stem}-{'+'.join(config.model.lora_targets)}.json"
+    tag = "+".join(config.model.lora_targets) + ("-pfpo" if args.pfpo else "") + "".join(f"-{s}" for s in args.set)
+    out = ROOT / "bench" / "out" / f"sft_settings-{Path(args.config).stem}-{tag}.json"
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"wrote {out}")
 

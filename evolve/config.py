@@ -55,6 +55,9 @@ class PFPOSettings(BaseModel):
                             "from the second: rounds.parquet's clip_fraction)")
     prompts_per_step: int = Field(4, ge=1)
     temperature: float = Field(1.0, gt=0)
+    rehearsed: bool = Field(True, description="also sample the rehearsed correct decisions' prompts: on the "
+                            "failures' prompts alone (all wrongly handled, say) the policy gradient pushes every "
+                            "answer the same way, and the model unlearns what SFT taught it to tell apart")
 
 
 class EvolveConfig(BaseModel):

@@ -88,6 +88,7 @@ class Lesson:
     rehearsed: list[tuple[Scenario, str]]
     taught: list[tuple[str, Scenario, str]]
     examples: list[tuple[str, str]]
+    sampled: list[tuple[str, Scenario]]  # the prompts PFPO samples: the taught ones, and (by default) the rehearsed
 
 
 def temperatures(k: int, low: float, high: float) -> list[float]:
@@ -385,7 +386,8 @@ class Evolution:
 
     def pfpo(self, prompts: Sequence[str], scenarios: Sequence[Scenario], round_index: int
              ) -> tuple[list[float], list[float]]:
-        """PFPO over the prompts taught: the loss of every optimisation pass, and the clip fraction of each."""
+        """PFPO over ``prompts`` (a lesson's ``sampled``): the loss of every optimisation pass, and the clip
+        fraction of each."""
         from evolve.objectives import clip_fraction, group_advantages, pfpo_loss
 
         config, torch = self.config.pfpo, self.model.torch
@@ -440,9 +442,11 @@ class Evolution:
         rehearsed = self.rehearsal(len(buffer), rng) if buffer else []
         require_trainable([scenario for scenario, _ in rehearsed])
         taught = self.taught(buffer)
-        examples = [(p, a) for p, _, a in taught] + [(self.model.prompt(decision_messages(s)), decision)
-                                                     for s, decision in rehearsed]
-        return Lesson(failures, distinct, kappa, decided, buffer, rehearsed, taught, examples)
+        rehearsal_prompts = [(self.model.prompt(decision_messages(s)), s) for s, _ in rehearsed]
+        examples = [(p, a) for p, _, a in taught] + [(p, d) for (p, _), (_, d) in zip(rehearsal_prompts, rehearsed)]
+        sampled = [(p, s) for p, s, _ in taught] + (rehearsal_prompts if config.pfpo.rehearsed else [])
+        random.Random(f"pfpo-{config.seed}-{round_index}").shuffle(sampled)  # failures and rehearsal mixed per step
+        return Lesson(failures, distinct, kappa, decided, buffer, rehearsed, taught, examples, sampled)
 
     def sft(self, lesson: Lesson) -> tuple[list[float], Fit]:
         """Step 4: SFT on the lesson's examples (none when no repair was kept)."""
@@ -502,7 +506,7 @@ class Evolution:
             if lesson is None:
                 stopped = f"no failures on dev in round {t}"
                 break
-            failures, buffer, rehearsed, taught = lesson.failures, lesson.buffer, lesson.rehearsed, lesson.taught
+            failures, buffer, rehearsed = lesson.failures, lesson.buffer, lesson.rehearsed
             write_parquet_atomic(output / f"replay_buffer_round{t}.parquet", pa.Table.from_pylist([
                 {"scenario_id": f.scenario.id, "split": f.scenario.split, "prompt": p, "failed_action": f.action,
                  "repair": c.scored.decision, "z": list(c.scored.z), "r_pf": c.reward, "q": q}
@@ -510,7 +514,7 @@ class Evolution:
             timed = {"lesson": time.perf_counter() - round_started}  # seconds per step of the round
             sft_losses, fit = self.sft(lesson)
             timed["sft"] = time.perf_counter() - round_started - sum(timed.values())
-            pfpo_losses, clipped = self.pfpo([p for p, _, _ in taught], [s for _, s, _ in taught],
+            pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
                                              t) if buffer else ([], [])
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
             check_metrics = self.check_metrics()

@@ -473,6 +473,25 @@ def test_kappa_is_lowered_to_what_a_valid_decision_attains(tmp_path):
     assert supervise(strict.config, strict_failure, candidates, strict.config.kappa, random.Random(0))[0] is None
 
 
+@pytest.mark.parametrize("rehearsed", [True, False])
+def test_a_lesson_teaches_repairs_and_rehearsal_and_pfpo_samples_both(tmp_path, rehearsed):
+    """SFT fits the taught repairs and the rehearsed decisions; PFPO samples the same prompts (or, with
+    ``pfpo.rehearsed: false``, the repairs' alone): on the failures alone its gradient moves every answer one way."""
+    from evolve.task import decision_messages
+
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
+    evolution = Evolution(tiny_config(tmp_path, supervise_on="decision", dev_size=24, candidates=6, exploration=1.0,
+                                      kappa=kappa, pfpo={"rehearsed": rehearsed}))
+    lesson = evolution.lesson(1, random.Random(0))
+    assert lesson is not None and lesson.buffer and lesson.rehearsed and len(lesson.taught) == len(lesson.buffer)
+    rehearsal = [(evolution.model.prompt(decision_messages(s)), d) for s, d in lesson.rehearsed]
+    assert lesson.examples == [(p, a) for p, _, a in lesson.taught] + rehearsal
+    expected = [(p, s.id) for p, s, _ in lesson.taught] + ([(evolution.model.prompt(decision_messages(s)), s.id)
+                                                          for s, _ in lesson.rehearsed] if rehearsed else [])
+    assert sorted((p, s.id) for p, s in lesson.sampled) == sorted(expected)
+    assert all(s.split == "train" for _, s in lesson.sampled)
+
+
 @pytest.mark.parametrize("on, expected", [("repair", ["p_f"]), ("decision", ["x"]), ("both", ["p_f", "x"])])
 def test_repairs_are_taught_on_the_prompts_configured(tmp_path, on, expected):
     from evolve.task import decision_messages
