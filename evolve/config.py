@@ -49,7 +49,11 @@ class PFPOSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     group: int = Field(4, ge=2, description="G completions per repair prompt")
     epsilon: float = Field(0.2, gt=0, lt=1, description="PPO clip")
-    kl_beta: float = Field(0.05, ge=0, description="KL penalty to the reference (the base model)")
+    kl_beta: float = Field(0.05, ge=0, description="KL penalty to the reference model (``reference``)")
+    reference: Literal["sft", "base"] = Field("sft", description="π_ref of the KL penalty: the model as this round's "
+                                              "SFT left it (what it was just taught, how RLHF anchors its policy), or "
+                                              "the base model with the adapter off (for an unsafe base, the KL then "
+                                              "pulls back towards the unsafe answers)")
     lr: float = Field(2e-4, gt=0)
     iterations: int = Field(2, ge=1, description="optimisation passes per sampled group (the clip can only act "
                             "from the second: rounds.parquet's clip_fraction)")

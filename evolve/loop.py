@@ -393,6 +393,7 @@ class Evolution:
         config, torch = self.config.pfpo, self.model.torch
         optimizer = self.model.optimizer(config.lr)
         losses, clipped = [], []
+        anchor = self.model.snapshot() if config.reference == "sft" else None  # π_ref: the model SFT just taught
         for start in range(0, len(prompts), config.prompts_per_step):
             chunk = list(range(start, min(start + config.prompts_per_step, len(prompts))))
             samples = self.model.choose([prompts[i] for i in chunk], DECISIONS, config.temperature, n=config.group,
@@ -407,7 +408,13 @@ class Evolution:
             completions = [t.strip() for t in flat_texts]
             with torch.no_grad():
                 old, completion_mask = self.model.completion_logprobs(flat_prompts, completions)
-                ref, _ = self.model.completion_logprobs(flat_prompts, completions, reference=True)
+                if anchor is None:  # the base model, adapter off
+                    ref, _ = self.model.completion_logprobs(flat_prompts, completions, reference=True)
+                else:
+                    current = self.model.snapshot()
+                    self.model.restore(anchor)
+                    ref, _ = self.model.completion_logprobs(flat_prompts, completions)
+                    self.model.restore(current)
             self.model.model.train()
             for _ in range(config.iterations):
                 new, _ = self.model.completion_logprobs(flat_prompts, completions)

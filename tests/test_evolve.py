@@ -492,6 +492,34 @@ def test_a_lesson_teaches_repairs_and_rehearsal_and_pfpo_samples_both(tmp_path, 
     assert all(s.split == "train" for _, s in lesson.sampled)
 
 
+@pytest.mark.parametrize("reference", ["sft", "base"])
+def test_pfpo_anchors_its_kl_to_the_model_sft_left_or_to_the_base(tmp_path, reference):
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
+    evolution = Evolution(tiny_config(tmp_path, supervise_on="decision", dev_size=24, candidates=6, exploration=1.0,
+                                      kappa=kappa, pfpo={"reference": reference, "group": 3, "prompts_per_step": 2,
+                                                         "lr": 0.05}))
+    lesson = evolution.lesson(1, random.Random(0))
+    model = evolution.model
+    start = model.snapshot()  # as SFT left it
+    calls = []
+    plain = model.completion_logprobs
+
+    def spy(prompts, completions, reference=False):
+        weights = dict(model.model.named_parameters())
+        calls.append((reference, all(torch.equal(v, weights[k]) for k, v in start.items())))
+        return plain(prompts, completions, reference=reference)
+
+    model.completion_logprobs = spy
+    evolution.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled], 1)
+    chunks = -(-len(lesson.sampled) // 2)
+    assert chunks >= 2 and len(calls) == chunks * (2 + evolution.config.pfpo.iterations)
+    refs = [calls[c * 4 + 1] for c in range(chunks)]  # per chunk: old, ref, then one per optimisation pass
+    if reference == "base":
+        assert all(adapter_off for adapter_off, _ in refs)
+    else:  # the adapter on, at the weights SFT left, though PFPO has moved them since the first chunk
+        assert refs == [(False, True)] * chunks and not calls[4][1]
+
+
 @pytest.mark.parametrize("on, expected", [("repair", ["p_f"]), ("decision", ["x"]), ("both", ["p_f", "x"])])
 def test_repairs_are_taught_on_the_prompts_configured(tmp_path, on, expected):
     from evolve.task import decision_messages
