@@ -47,6 +47,8 @@ class SFTSettings(BaseModel):
 
 class PFPOSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    enabled: bool = Field(True, description="run PFPO after SFT each round (off: SFT alone; rounds.parquet's "
+                          "pfpo_loss and clip_fraction stay empty)")
     group: int = Field(4, ge=2, description="G completions per repair prompt")
     epsilon: float = Field(0.2, gt=0, lt=1, description="PPO clip")
     kl_beta: float = Field(0.05, ge=0, description="KL penalty to the reference model (``reference``)")

@@ -522,7 +522,7 @@ class Evolution:
             sft_losses, fit = self.sft(lesson)
             timed["sft"] = time.perf_counter() - round_started - sum(timed.values())
             pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
-                                             t) if buffer else ([], [])
+                                             t) if buffer and config.pfpo.enabled else ([], [])
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
             check_metrics = self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)

@@ -492,6 +492,19 @@ def test_a_lesson_teaches_repairs_and_rehearsal_and_pfpo_samples_both(tmp_path, 
     assert all(s.split == "train" for _, s in lesson.sampled)
 
 
+def test_a_round_without_pfpo_trains_by_sft_alone(tmp_path):
+    import pyarrow.parquet as pq
+
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
+                                      pfpo={"enabled": False}))
+    evolution.pfpo = None  # never called
+    evolution.run(tmp_path)
+    row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
+    assert row["buffer"] > 0 and row["sft_loss"] is not None
+    assert row["pfpo_loss"] is None and row["clip_fraction"] is None
+
+
 @pytest.mark.parametrize("reference", ["sft", "base"])
 def test_pfpo_anchors_its_kl_to_the_model_sft_left_or_to_the_base(tmp_path, reference):
     kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
