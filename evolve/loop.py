@@ -125,21 +125,24 @@ def input_thresholds(kappa: KappaConfig, scenario: Scenario, best: Sequence[floa
 
 def auto_kappa(config: EvolveConfig, failures: Sequence[Failure], groups: Sequence[Sequence[Candidate]]
                ) -> KappaConfig:
-    """κ at the knee of the curve (share of failures with a feasible repair, mean r_PF of feasible repairs)
+    """κ at the knee of the curve (share of failures with a feasible repair, mean r_PF of those repairs)
     as one level c is applied to all four thresholds, c in 0, 0.25, ..., 1 (each lowered to the attainable,
-    as the κ filter applies it)."""
+    as the κ filter applies it), among the levels that keep a repair for some failure (all, when none does)."""
     levels = [0.0, 0.25, 0.5, 0.75, 1.0]
     points = []
     for level in levels:
         level_kappa = KappaConfig(executable=(level,) * 4, diagnostic=(level,) * 4)
-        kept = [[c for c in group
-                 if feasible(c.scored.z, input_thresholds(level_kappa, failure.scenario, failure.best,
-                                                          config.attainable_kappa))]
-                for failure, group in zip(failures, groups)]
+        kept = []
+        for failure, group in zip(failures, groups):
+            thresholds = input_thresholds(level_kappa, failure.scenario, failure.best, config.attainable_kappa)
+            # a repair at this level, as the κ filter will judge it (at κ = 0 nothing fell short: no repair)
+            kept.append([c for c in group if repairs(c.scored.z, failure.scored.z, thresholds)
+                         and feasible(c.scored.z, thresholds)])
         share = sum(bool(k) for k in kept) / max(1, len(groups))
         quality = [c.reward for k in kept for c in k]
         points.append((share, sum(quality) / len(quality) if quality else 0.0))
-    chosen = levels[knee(points)]
+    useful = [i for i, (share, _) in enumerate(points) if share > 0] or list(range(len(levels)))
+    chosen = levels[useful[knee([points[i] for i in useful])]]  # a level that keeps no repair teaches nothing
     return KappaConfig(executable=(chosen,) * 4, diagnostic=(chosen,) * 4)
 
 

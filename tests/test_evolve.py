@@ -492,6 +492,19 @@ def test_a_lesson_teaches_repairs_and_rehearsal_and_pfpo_samples_both(tmp_path, 
     assert all(s.split == "train" for _, s in lesson.sampled)
 
 
+def test_auto_kappa_picks_a_level_at_which_failures_have_repairs(tmp_path):
+    # the knee was once taken over merely feasible candidates: at κ = 0 every candidate is feasible and none
+    # repairs anything (nothing falls short of 0), and the round kept no repair at all
+    from evolve.loop import auto_kappa
+
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0))
+    lesson = evolution.lesson(1, random.Random(0))
+    assert lesson.failures and lesson.buffer and lesson.decided["none"] < len(lesson.failures)
+    assert lesson.kappa.executable[0] > 0
+    nothing = auto_kappa(evolution.config, lesson.failures, [[] for _ in lesson.failures])  # nothing proposed
+    assert nothing.executable == nothing.diagnostic and len(set(nothing.executable)) == 1
+
+
 def test_a_round_without_pfpo_trains_by_sft_alone(tmp_path):
     import pyarrow.parquet as pq
 
