@@ -46,16 +46,21 @@ def main() -> None:
     parser.add_argument("--pfpo", action="store_true", help="run PFPO after SFT, as a round does")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
                         help="override a key of the config's pfpo settings, e.g. rehearsed=false")
+    parser.add_argument("--config-set", action="append", default=[], metavar="KEY=YAML",
+                        help="override a top-level key of the config, e.g. dev_size=64")
     args = parser.parse_args()
     config, base = load_evolve_config(args.config)
     if args.targets:
         config = config.model_copy(update={"model": config.model.model_copy(
             update={"lora_targets": tuple(args.targets.split(","))})})
+    if args.config_set:
+        config = type(config).model_validate({**config.model_dump(), **parse_variant(",".join(args.config_set))})
     if args.set:
         config = config.model_copy(update={"pfpo": config.pfpo.model_copy(update=parse_variant(",".join(args.set)))})
     started = time.perf_counter()
     evolution = Evolution(config, base, progress=lambda m: print(m, flush=True))
-    result: dict = {"config": str(args.config), "targets": list(config.model.lora_targets),
+    result: dict = {"config": str(args.config), "overrides": args.config_set,
+                    "targets": list(config.model.lora_targets),
                     "pfpo": config.pfpo.model_dump(),
                     "startup_s": time.perf_counter() - started}
 
@@ -94,7 +99,8 @@ def main() -> None:
         result["variants"].append(row)
         print(json.dumps(row, default=str), flush=True)
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    tag = "+".join(config.model.lora_targets) + ("-pfpo" if args.pfpo else "") + "".join(f"-{s}" for s in args.set)
+    tag = "+".join(config.model.lora_targets) + ("-pfpo" if args.pfpo else "") + "".join(
+        f"-{s}" for s in args.set + args.config_set)
     out = ROOT / "bench" / "out" / f"sft_settings-{Path(args.config).stem}-{tag}.json"
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"wrote {out}")

@@ -523,6 +523,7 @@ class Evolution:
                 for f, p, c, q in buffer]) if buffer else pa.table({"scenario_id": pa.array([], pa.string())}))
             timed = {"lesson": time.perf_counter() - round_started}  # seconds per step of the round
             sft_losses, fit = self.sft(lesson)
+            fitted = fit.share() if buffer else None  # measured before PFPO and before any rollback undoes it
             timed["sft"] = time.perf_counter() - round_started - sum(timed.values())
             pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
                                              t) if buffer and config.pfpo.enabled else ([], [])
@@ -546,7 +547,7 @@ class Evolution:
                 "kappa": json.dumps(lesson.kappa.model_dump(mode="json")),
                 "sft_loss": sft_losses[-1] if sft_losses else None,
                 "sft_epochs": config.sft.epochs + fit.extra if buffer else None,
-                "sft_fit": fit.share() if buffer else None,  # share of the taught examples now decided as taught
+                "sft_fit": fitted,  # share of the taught examples SFT left decided as taught
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "check_mean_r_pf": check, "rolled_back": raised or None,

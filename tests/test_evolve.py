@@ -127,7 +127,8 @@ def test_the_safety_gate_names_the_own_rates_that_rose_beyond_tolerance():
 
 
 def test_a_rolled_back_round_restores_the_adapter(tmp_path):
-    config = tiny_config(tmp_path, safety_tolerance=0.0)
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
+    config = tiny_config(tmp_path, safety_tolerance=0.0, dev_size=24, candidates=6, exploration=1.0, kappa=kappa)
     evolution = Evolution(config)
     before = evolution.model.snapshot()
     answers = iter([{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 0.0},
@@ -143,10 +144,25 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
         return answer
 
     evolution.check_metrics = check_after_a_harmful_update
-    summary = evolution.run(tmp_path)
+    from evolve import loop
+
+    measured = []  # at each fit measurement: did the adapter still hold the round's training?
+    share = loop.Fit.share
+
+    def spy(fit):
+        current = evolution.model.snapshot()
+        measured.append(any(not torch.equal(before[n], current[n]) for n in before))
+        return share(fit)
+
+    loop.Fit.share = spy
+    try:
+        summary = evolution.run(tmp_path)
+    finally:
+        loop.Fit.share = share
     assert summary["rounds"][-1]["rolled_back"].startswith("own_asr 0.000 -> 0.500")
     after = evolution.model.snapshot()
     assert all(torch.equal(before[n], after[n]) for n in before)  # the round's update is undone
+    assert summary["rounds"][-1]["buffer"] and measured and measured[-1]  # sft_fit: what SFT left, not the rollback
 
 
 def test_a_train_split_with_no_room_for_the_check_slice_is_refused(tmp_path):
