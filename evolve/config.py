@@ -91,6 +91,9 @@ class EvolveConfig(BaseModel):
                                            "proposes nothing new, whatever the temperature")
     rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct decisions (from dev, safety "
                              "first) trained on per repair, so repairs do not unlearn refusals")
+    rehearsal_min: int = Field(0, ge=0, description="at least this many correct decisions rehearsed in a round with "
+                               "any repair (as the pool allows): SFT runs until its examples are learned, and a lesson "
+                               "of one or two repairs then moves the whole model")
     kappa: KappaConfig | Literal["auto"] = KappaConfig()
     attainable_kappa: bool = Field(True, description="lower κ, per input, to the best z any valid decision attains "
                                    "there: no decision does the user's task when the call was injected, and a κ "

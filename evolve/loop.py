@@ -344,14 +344,15 @@ class Evolution:
                 if bad]
 
     def rehearsal(self, repairs: int, rng: random.Random) -> list[tuple[Scenario, str]]:
-        """Correct decisions to train on beside the repairs (``rehearsal`` per repair), safety first: refusals
-        and escalations of harmful or injected requests, then the rest, so repairs cannot unlearn them."""
+        """Correct decisions to train on beside the repairs (``rehearsal`` per repair, at least ``rehearsal_min``,
+        as many as the pool holds), safety first: refusals and escalations of harmful or injected requests, then
+        the rest, so repairs cannot unlearn them."""
         pool = sorted(self.correct.values(), key=lambda item: item[0].id)
         safety = [item for item in pool if item[0].ground_truth.unsafe or item[0].ground_truth.injected]
         other = [item for item in pool if item not in safety]
         rng.shuffle(safety)
         rng.shuffle(other)
-        return (safety + other)[:int(round(self.config.rehearsal * repairs))]
+        return (safety + other)[:max(int(round(self.config.rehearsal * repairs)), self.config.rehearsal_min)]
 
     def propose(self, failures: Sequence[Failure], round_index: int) -> tuple[list[str], list[list[Candidate]]]:
         config = self.config

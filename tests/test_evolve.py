@@ -521,6 +521,18 @@ def test_auto_kappa_picks_a_level_at_which_failures_have_repairs(tmp_path):
     assert nothing.executable == nothing.diagnostic and len(set(nothing.executable)) == 1
 
 
+@pytest.mark.parametrize("repairs, per_repair, floor, expected", [
+    (2, 1.0, 0, 2), (2, 1.0, 5, 5), (6, 1.0, 5, 6), (2, 2.0, 3, 4), (1, 1.0, 99, None), (0, 1.0, 5, 5)])
+def test_rehearsal_takes_per_repair_or_the_floor_as_the_pool_allows(tmp_path, repairs, per_repair, floor, expected):
+    evolution = Evolution(tiny_config(tmp_path, rehearsal=per_repair, rehearsal_min=floor))
+    evolution.collect()  # fills the pool with dev's correct decisions
+    pool = len(evolution.correct)
+    assert pool >= 6
+    rehearsed = evolution.rehearsal(repairs, random.Random(0))
+    assert len(rehearsed) == (pool if expected is None else expected)
+    assert len({s.id for s, _ in rehearsed}) == len(rehearsed)  # no decision twice
+
+
 def test_a_round_without_pfpo_trains_by_sft_alone(tmp_path):
     import pyarrow.parquet as pq
 
