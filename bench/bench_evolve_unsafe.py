@@ -59,6 +59,8 @@ def main() -> None:
     import pyarrow.parquet as pq
     import yaml
 
+    from bench.overrides import apply_overrides
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--examples", type=int, default=96)
@@ -81,13 +83,7 @@ def main() -> None:
     config = yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text())
     if args.candidates is not None:
         config["candidates"] = args.candidates
-    for item in args.set:
-        key, _, value = item.partition("=")
-        *parents, leaf = key.split(".")
-        node = config
-        for name in parents:
-            node = node.setdefault(name, {})
-        node[leaf] = yaml.safe_load(value)
+    apply_overrides(config, args.set)
     tag = f"explore{args.exploration:g}-k{config['candidates']}-seed{args.seed}" + "".join(
         f"-{item.replace('=', '')}" for item in args.set)
     run = workdir / f"run-{tag}"

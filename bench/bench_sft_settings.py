@@ -1,7 +1,7 @@
 """One FATE round's lesson, taught under several SFT settings: which settings make the model tell requests apart?
 
     python bench/bench_sft_settings.py CONFIG.yaml [--variant 'lr=0.002,batch_size=4,max_epochs=12' ...]
-                                       [--targets q_proj,v_proj] [--pfpo]
+                                       [--pfpo] [--set KEY=YAML ...]   (e.g. --set dev_size=64 --set pfpo.lr=5e-5)
 
 Builds ``far evolve``'s Evolution from CONFIG (for issue 16: the unsafe base's config written by
 bench_evolve_unsafe.py), finds round 1's failures on dev, proposes and selects repairs once, then, for each
@@ -9,7 +9,7 @@ variant, restores the adapter, runs SFT (and PFPO with ``--pfpo``) on the same l
 the share of taught examples fitted, and the model's own decision rates on the **check slice** (train data
 apart from dev: settings are chosen there, never on the holdout), with the seconds each step took.
 
-Writes bench/out/sft_settings-<config stem>-<targets>.json.
+Writes bench/out/sft_settings-<config stem>[-pfpo][-<overrides>].json.
 """
 from __future__ import annotations
 
@@ -29,37 +29,26 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")
 
 
-def parse_variant(text: str) -> dict:
-    import yaml
-
-    return {key: yaml.safe_load(value) for key, _, value in (item.partition("=") for item in text.split(",") if item)}
-
-
 def main() -> None:
+    from bench.overrides import apply_overrides
     from evolve.config import load_evolve_config
     from evolve.loop import Evolution, holdout_metrics
 
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
     parser.add_argument("--variant", action="append", default=[], help="sft settings, e.g. lr=0.002,batch_size=4")
-    parser.add_argument("--targets", default=None, help="model.lora_targets, comma-separated")
-    parser.add_argument("--pfpo", action="store_true", help="run PFPO after SFT, as a round does")
+    parser.add_argument("--pfpo", action="store_true", help="run PFPO after SFT, as a round does (whatever "
+                        "pfpo.enabled says)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
-                        help="override a key of the config's pfpo settings, e.g. rehearsed=false")
-    parser.add_argument("--config-set", action="append", default=[], metavar="KEY=YAML",
-                        help="override a top-level key of the config, e.g. dev_size=64")
+                        help="override a key of the config (dotted for nested: dev_size=64, pfpo.lr=5e-5, "
+                             "model.lora_targets=[q_proj,v_proj])")
     args = parser.parse_args()
     config, base = load_evolve_config(args.config)
-    if args.targets:
-        config = config.model_copy(update={"model": config.model.model_copy(
-            update={"lora_targets": tuple(args.targets.split(","))})})
-    if args.config_set:
-        config = type(config).model_validate({**config.model_dump(), **parse_variant(",".join(args.config_set))})
     if args.set:
-        config = config.model_copy(update={"pfpo": config.pfpo.model_copy(update=parse_variant(",".join(args.set)))})
+        config = type(config).model_validate(apply_overrides(config.model_dump(), args.set))
     started = time.perf_counter()
     evolution = Evolution(config, base, progress=lambda m: print(m, flush=True))
-    result: dict = {"config": str(args.config), "overrides": args.config_set,
+    result: dict = {"config": str(args.config), "overrides": args.set,
                     "targets": list(config.model.lora_targets),
                     "pfpo": config.pfpo.model_dump(),
                     "startup_s": time.perf_counter() - started}
@@ -81,7 +70,8 @@ def main() -> None:
     snapshot = evolution.model.snapshot()
     result["variants"] = []
     for text in args.variant or [""]:
-        settings = config.sft.model_copy(update=parse_variant(text))
+        changes = [item for item in text.split(",") if item]
+        settings = type(config.sft).model_validate(apply_overrides(config.sft.model_dump(), changes))
         evolution.config = config.model_copy(update={"sft": settings})
         evolution.model.restore(snapshot)
         step = time.perf_counter()
@@ -99,9 +89,8 @@ def main() -> None:
         result["variants"].append(row)
         print(json.dumps(row, default=str), flush=True)
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    tag = "+".join(config.model.lora_targets) + ("-pfpo" if args.pfpo else "") + "".join(
-        f"-{s}" for s in args.set + args.config_set)
-    out = ROOT / "bench" / "out" / f"sft_settings-{Path(args.config).stem}-{tag}.json"
+    tag = ("-pfpo" if args.pfpo else "") + "".join(f"-{item}" for item in args.set)
+    out = ROOT / "bench" / "out" / f"sft_settings-{Path(args.config).stem}{tag}.json"
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"wrote {out}")
 
