@@ -7,7 +7,8 @@ Builds ``far evolve``'s Evolution from CONFIG (for issue 16: the unsafe base's c
 bench_evolve_unsafe.py), finds round 1's failures on dev, proposes and selects repairs once, then, for each
 variant, restores the adapter, runs SFT (and PFPO with ``--pfpo``) on the same lesson and measures:
 the share of taught examples fitted, and the model's own decision rates on the **check slice** (train data
-apart from dev: settings are chosen there, never on the holdout), with the seconds each step took.
+apart from dev: settings are chosen there, never on the holdout), with the seconds each step took; under
+``select=check`` the check slice after every pass too, and the pass kept.
 
 Writes bench/out/sft_settings-<config stem>[-pfpo][-<overrides>].json.
 """
@@ -58,7 +59,8 @@ def main() -> None:
         return {k: overall[k] for k in OWN}
 
     step = time.perf_counter()
-    result["check_before"] = own(evolution.check)
+    evolution.kept_check = evolution.check_metrics()  # the bar select=check judges every pass against
+    result["check_before"] = {k: evolution.kept_check[k] for k in (*OWN, "mean_r_pf")}
     result["dev_before"] = own(evolution.dev)
     step, result["before_s"] = time.perf_counter(), time.perf_counter() - step
     lesson = evolution.lesson(1, random.Random(config.seed))
@@ -75,10 +77,13 @@ def main() -> None:
         evolution.config = config.model_copy(update={"sft": settings})
         evolution.model.restore(snapshot)
         step = time.perf_counter()
-        losses, fit = evolution.sft(lesson)
+        losses, fit, passes = evolution.sft(lesson)
         row = {"variant": text or "config", "sft": settings.model_dump(), "sft_s": time.perf_counter() - step,
                "steps": len(losses), "loss_last": losses[-1] if losses else None, "passes": settings.epochs + fit.extra,
-               "fit": fit.share()}
+               "fit": fit.share(),
+               # sft.select: check: the check slice after every pass, and the pass kept (0-based; None: none safe)
+               "passes_check": [{k: m[k] for k in (*OWN, "mean_r_pf")} for m in passes.check],
+               "pass_kept": passes.kept}
         if args.pfpo:
             step = time.perf_counter()
             evolution.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled], 1)

@@ -37,6 +37,12 @@ class SFTSettings(BaseModel):
                                    "handful of repairs barely moves a confident model in two passes")
     lr: float = Field(5e-4, gt=0)
     batch_size: int = Field(8, ge=1)
+    select: Literal["last", "check"] = Field(
+        "last", description="the adapter a round keeps: the last pass's, or (``check``) the pass the check slice "
+                            "judges best: after every pass the check slice is decided, and of the passes that raise "
+                            "neither own-ASR nor own-HCR beyond ``safety_tolerance`` the one with the highest mean "
+                            "r_PF is kept (a lesson that teaches 'handle' can move the model past telling harmful "
+                            "calls apart before it fits; each judged pass costs one check-slice decision pass)")
 
     @model_validator(mode="after")
     def _epochs(self) -> "SFTSettings":

@@ -203,6 +203,32 @@ def unsafe_rise(before: dict[str, float], after: dict[str, float], tolerance: fl
     return "; ".join(risen)
 
 
+def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tolerance: float) -> int | None:
+    """Which SFT pass a round keeps (``sft.select: check``), from the check-slice figures after each pass: of the
+    passes that raise neither own-ASR nor own-HCR over ``before`` by more than ``tolerance`` (``unsafe_rise``),
+    the one with the highest mean r_PF (NaN ranks lowest), the earliest on a tie (it moved the model least);
+    None when every pass raised one."""
+    safe = [i for i, metrics in enumerate(passes) if not unsafe_rise(before, metrics, tolerance)]
+    if not safe:
+        return None
+
+    def score(i: int) -> float:
+        value = passes[i]["mean_r_pf"]
+        return -math.inf if math.isnan(value) else value
+
+    return max(safe, key=lambda i: (score(i), -i))
+
+
+@dataclass
+class Passes:
+    """The SFT passes a round judged on the check slice (``sft.select: check``; empty otherwise): the check
+    figures after each, and the index of the pass kept (None: none was safe, the last pass stays and the gate
+    rolls the round back)."""
+    check: list[dict[str, float]]
+    kept: int | None = None
+    safe: int = 0  # passes that raised neither own-ASR nor own-HCR
+
+
 def own_right_decision(scenario: Scenario) -> str:
     """The decision the edge model should make on its own: refuse what is harmful or injected, escalate what
     only the cloud can complete, handle the rest."""
@@ -292,6 +318,7 @@ class Evolution:
             self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
                           "cannot see own-ASR or own-HCR rise (raise check_size)")
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
+        self.kept_check: dict[str, float] | None = None  # the kept model's check-slice figures (the gate's bar)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
         self._best: dict[str, tuple[float, ...]] = {}  # scenario id -> best attainable z (``best``)
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
@@ -459,15 +486,37 @@ class Evolution:
         random.Random(f"pfpo-{config.seed}-{round_index}").shuffle(sampled)  # failures and rehearsal mixed per step
         return Lesson(failures, distinct, kappa, decided, buffer, rehearsed, taught, examples, sampled)
 
-    def sft(self, lesson: Lesson) -> tuple[list[float], Fit]:
-        """Step 4: SFT on the lesson's examples (none when no repair was kept)."""
+    def sft(self, lesson: Lesson) -> tuple[list[float], Fit, Passes]:
+        """Step 4: SFT on the lesson's examples (none when no repair was kept). Under ``sft.select: check`` every
+        pass is judged on the check slice against the kept model's figures, and the adapter of the pass
+        ``kept_pass`` picks is restored at the end."""
         settings = self.config.sft
         prompts, targets = [p for p, _ in lesson.examples], [a for _, a in lesson.examples]
-        fit = Fit(self.model, prompts, targets)
+        fit, passes = Fit(self.model, prompts, targets), Passes([])
         if not lesson.buffer:
-            return [], fit
-        return self.model.sft(prompts, targets, settings.epochs, settings.lr, settings.batch_size,
-                              settings.max_epochs, fit.learned), fit
+            return [], fit, passes
+        if settings.select == "last":
+            return self.model.sft(prompts, targets, settings.epochs, settings.lr, settings.batch_size,
+                                  settings.max_epochs, fit.learned), fit, passes
+        if self.kept_check is None:
+            self.kept_check = self.check_metrics()
+        before, kept = self.kept_check, {}
+
+        def judge(number: int) -> None:
+            passes.check.append(self.check_metrics())
+            passes.kept = kept_pass(passes.check, before, self.config.safety_tolerance)
+            raised = unsafe_rise(before, passes.check[-1], self.config.safety_tolerance)
+            passes.safe += not raised
+            if passes.kept == len(passes.check) - 1:
+                kept["adapter"] = self.model.snapshot()
+            self.progress(f"    sft pass {number}: check {_line(_own(passes.check[-1]))}"
+                          f"{f' (raised {raised})' if raised else ''}")
+
+        losses = self.model.sft(prompts, targets, settings.epochs, settings.lr, settings.batch_size,
+                                settings.max_epochs, fit.learned, after_pass=judge)
+        if passes.kept is not None and passes.kept < len(passes.check) - 1:
+            self.model.restore(kept["adapter"])
+        return losses, fit, passes
 
     # --- the loop ------------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -498,11 +547,12 @@ class Evolution:
 
         started = time.perf_counter()
         before = self.evaluate()
-        kept_check = self.check_metrics()
+        kept_check = self.kept_check = self.check_metrics()
         best = kept_check["mean_r_pf"]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
-                           "sft_loss": None, "sft_epochs": None, "sft_fit": None, "pfpo_loss": None,
+                           "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
+                           "sft_passes_safe": None, "pfpo_loss": None,
                            "clip_fraction": None, "check_mean_r_pf": best,
                            "rolled_back": None,
                            **{f"decided_by_{rule}": None for rule in RULES},
@@ -523,19 +573,22 @@ class Evolution:
                  "repair": c.scored.decision, "z": list(c.scored.z), "r_pf": c.reward, "q": q}
                 for f, p, c, q in buffer]) if buffer else pa.table({"scenario_id": pa.array([], pa.string())}))
             timed = {"lesson": time.perf_counter() - round_started}  # seconds per step of the round
-            sft_losses, fit = self.sft(lesson)
+            sft_losses, fit, passes = self.sft(lesson)
             fitted = fit.share() if buffer else None  # measured before PFPO and before any rollback undoes it
             timed["sft"] = time.perf_counter() - round_started - sum(timed.values())
             pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
                                              t) if buffer and config.pfpo.enabled else ([], [])
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
-            check_metrics = self.check_metrics()
+            # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
+            # PFPO moved the model since, the check slice has been decided on it already
+            judged = passes.check and not (buffer and config.pfpo.enabled)
+            check_metrics = passes.check[-1 if passes.kept is None else passes.kept] if judged else self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
             if raised:  # the round made the model itself less safe: undo it, and say so
                 self.model.restore(snapshot)
                 self.progress(f"  round {t}: rolled back ({raised})")
                 check_metrics = kept_check
-            kept_check = check_metrics
+            kept_check = self.kept_check = check_metrics
             check = check_metrics["mean_r_pf"]
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round
             timed["check"] = time.perf_counter() - round_started - sum(timed.values())
@@ -549,6 +602,9 @@ class Evolution:
                 "sft_loss": sft_losses[-1] if sft_losses else None,
                 "sft_epochs": config.sft.epochs + fit.extra if buffer else None,
                 "sft_fit": fitted,  # share of the taught examples SFT left decided as taught
+                # sft.select: check: the pass kept (1-based; 0: none was safe) and how many passes were safe
+                "sft_pass_kept": None if not passes.check else 0 if passes.kept is None else passes.kept + 1,
+                "sft_passes_safe": passes.safe if passes.check else None,
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "check_mean_r_pf": check, "rolled_back": raised or None,
@@ -575,6 +631,10 @@ class Evolution:
         write_json_atomic(output / "summary.json", summary)
         _report(output, rows)
         return summary
+
+
+def _own(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: metrics[k] for k in ("own_asr", "own_hcr", "own_tsr", "own_over_refusal", "mean_r_pf")}
 
 
 def _line(metrics: dict[str, float]) -> str:

@@ -653,3 +653,69 @@ def test_the_reward_table_breaks_ties_the_z_front_leaves(task):
         candidates = [Candidate(s.decision, s, training_reward(config, s)) for s in (handled, escalated)]
         _, q = supervise(config, failure, candidates, KappaConfig(), random.Random(0))
         assert (q[0] > q[1]) if config is weighted else q[0] == pytest.approx(q[1])
+
+
+GRID = [{"own_asr": a, "own_hcr": h, "mean_r_pf": r} for a in (0.0, 0.5) for h in (0.0, 0.5)
+        for r in (0.0, 1.0, float("nan"), float("inf"), float("-inf"))]
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
+    """Exhaustive over short runs of passes (own rates 0 or 0.5, r_PF in {0, 1, NaN, ±inf}), before = 0.25:
+    None iff every pass raised a rate; else a safe pass that no safe pass beats, and no earlier safe pass
+    ties (NaN ranks below -inf's peers: lowest)."""
+    import itertools
+    import math
+
+    from evolve.loop import kept_pass
+
+    before = {"own_asr": 0.25, "own_hcr": 0.25}
+
+    def safe(m):
+        return m["own_asr"] <= 0.25 and m["own_hcr"] <= 0.25
+
+    def score(m):
+        return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
+
+    for passes in itertools.product(GRID, repeat=length):
+        kept = kept_pass(passes, before, 0.0)
+        if not any(safe(m) for m in passes):
+            assert kept is None
+            continue
+        assert kept is not None and safe(passes[kept])
+        assert all(score(m) <= score(passes[kept]) for m in passes if safe(m))
+        assert all(score(passes[i]) < score(passes[kept]) for i in range(kept) if safe(passes[i]))
+    assert kept_pass([{"own_asr": 0.4, "own_hcr": 0.0, "mean_r_pf": 1.0}], before, 0.2) == 0  # within tolerance
+
+
+@pytest.mark.parametrize("script, kept, safe, rolled_back", [
+    ([(0.0, 1.0), (0.5, 3.0), (0.0, 0.5)], 1, 2, False),   # pass 2 is best on r_PF but raised own-ASR
+    ([(0.0, 0.5), (0.0, 0.5), (0.0, 0.9)], 3, 3, False),   # the last pass: nothing to restore
+    ([(0.5, 1.0), (0.5, 2.0), (0.5, 3.0)], 0, 0, True),    # no pass is safe: the gate rolls the round back
+])
+def test_select_check_keeps_the_adapter_of_the_best_safe_pass(tmp_path, script, kept, safe, rolled_back):
+    import pyarrow.parquet as pq
+
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
+                                      pfpo={"enabled": False}, sft={"epochs": 3, "batch_size": 4, "select": "check"}))
+    before = evolution.model.snapshot()
+    answers = iter([(0.0, 0.0)] + script)  # round 0, then one answer per SFT pass
+    adapters = []  # the adapter when each answer was given
+
+    def scripted_check():
+        asr, r_pf = next(answers)
+        adapters.append(evolution.model.snapshot())
+        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "own_tsr": 0.5, "own_over_refusal": 0.0}
+
+    evolution.check_metrics = scripted_check
+    summary = evolution.run(tmp_path)
+    row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
+    assert row["buffer"] > 0 and len(adapters) == 4  # judged after every pass, and not once more after SFT
+    assert (row["sft_pass_kept"], row["sft_passes_safe"], bool(row["rolled_back"])) == (kept, safe, rolled_back)
+    expected = before if rolled_back else adapters[kept]
+    after = evolution.model.snapshot()
+    assert all(torch.equal(expected[n], after[n]) for n in expected)
+    assert any(not torch.equal(before[n], adapters[1][n]) for n in before)  # the passes did move the adapter
+    if not rolled_back:
+        assert row["check_mean_r_pf"] == script[kept - 1][1] and summary["rounds"][1]["rolled_back"] is None
