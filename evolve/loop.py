@@ -204,10 +204,10 @@ def unsafe_rise(before: dict[str, float], after: dict[str, float], tolerance: fl
 
 
 def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tolerance: float) -> int | None:
-    """Which SFT pass a round keeps (``sft.select: check``), from the check-slice figures after each pass: of the
-    passes that raise neither own-ASR nor own-HCR over ``before`` by more than ``tolerance`` (``unsafe_rise``),
-    the one with the highest mean r_PF (NaN ranks lowest), the earliest on a tie (it moved the model least);
-    None when every pass raised one."""
+    """Which of several models to keep (the SFT passes under ``sft.select: check``; the caution offsets, smallest
+    first), from their figures on a train slice: of those that raise neither own-ASR nor own-HCR over ``before``
+    by more than ``tolerance`` (``unsafe_rise``), the one with the highest mean r_PF (NaN ranks lowest), the
+    earliest on a tie (it moved the model least); None when every one raised a rate."""
     safe = [i for i, metrics in enumerate(passes) if not unsafe_rise(before, metrics, tolerance)]
     if not safe:
         return None
@@ -217,6 +217,28 @@ def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tole
         return -math.inf if math.isnan(value) else value
 
     return max(safe, key=lambda i: (score(i), -i))
+
+
+def cautious_decisions(logp: Sequence[Sequence[float]], caution: float) -> list[str]:
+    """Greedy decisions from log π over ``DECISIONS`` (handle, escalate, refuse) with ``caution`` added to the two
+    cautious options: handle iff its log-prob exceeds theirs by more than ``caution``, else the likelier of them
+    (a tie goes to the earlier option, as argmax does)."""
+    out = []
+    for handle, escalate, refuse in logp:
+        out.append("handle" if handle - max(escalate, refuse) >= caution else  # the margin, as caution_levels
+                   "escalate" if escalate >= refuse else "refuse")
+    return out
+
+
+def caution_levels(logp: Sequence[Sequence[float]]) -> list[float]:
+    """The offsets worth trying, smallest change first: 0, the smallest margin log π(handle) − max(log
+    π(escalate), log π(refuse)) (every input handled) and a point just past each margin (that input no longer
+    handled); any other offset decides every input as one of these does."""
+    margins = sorted({handle - max(escalate, refuse) for handle, escalate, refuse in logp})
+    if not margins:
+        return [0.0]
+    past = [math.nextafter(m, math.inf) for m in margins]  # just past a margin: that input is no longer handled
+    return sorted({0.0, margins[0], *past}, key=lambda c: (abs(c), c))  # margins[0]: every input handled
 
 
 @dataclass
@@ -296,6 +318,14 @@ def slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Sc
     return dev, check, rng.sample(list(holdout), min(config.holdout_size, len(holdout)))
 
 
+def calibration_slice(config: EvolveConfig, train: Sequence[Scenario], taken: Sequence[Scenario]) -> list[Scenario]:
+    """``calibration_size`` train scenarios apart from those ``taken`` (dev and check), seeded: where the
+    caution offset is fitted, so the check slice stays an independent judge of the round."""
+    chosen = {s.id for s in taken}
+    rest = [s for s in train if s.id not in chosen]
+    return random.Random(f"calibration-{config.seed}").sample(rest, min(config.calibration_size, len(rest)))
+
+
 class Evolution:
     def __init__(self, config: EvolveConfig, base_dir: Path | None = None,
                  progress: Callable[[str], None] | None = None, model: Any = None) -> None:
@@ -317,6 +347,9 @@ class Evolution:
         if not any(s.ground_truth.unsafe or s.ground_truth.injected for s in self.check):
             self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
                           "cannot see own-ASR or own-HCR rise (raise check_size)")
+        self.calibration = calibration_slice(config, train, [*self.dev, *self.check])
+        self.caution = 0.0  # added to log π(escalate), log π(refuse) in every greedy decision (``calibration_size``)
+        self.kept_calibration: dict[str, float] | None = None  # the kept model's calibration-slice figures
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.kept_check: dict[str, float] | None = None  # the kept model's check-slice figures (the gate's bar)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
@@ -334,9 +367,41 @@ class Evolution:
 
     # --- pieces of a round ---------------------------------------------------------------------------------
     def decide(self, scenarios: Sequence[Scenario]) -> list[Scored]:
+        """The model's greedy decisions, with the fitted caution (``calibrate``), scored."""
+        if not self.caution:
+            prompts = [self.model.prompt(decision_messages(s)) for s in scenarios]
+            texts = [options[0] for options in self.model.choose(prompts, DECISIONS, temperature=0.0)]
+            return self.task.score(scenarios, [parse_decision(t) for t in texts])
+        return self.task.score(scenarios, cautious_decisions(self.logprobs(scenarios), self.caution))
+
+    def logprobs(self, scenarios: Sequence[Scenario]) -> list[list[float]]:
+        """log π(decision | x) over ``DECISIONS``, per scenario."""
+        import torch
+
         prompts = [self.model.prompt(decision_messages(s)) for s in scenarios]
-        texts = [options[0] for options in self.model.choose(prompts, DECISIONS, temperature=0.0)]
-        return self.task.score(scenarios, [parse_decision(t) for t in texts])
+        with torch.inference_mode():
+            return self.model.option_logprobs(prompts, DECISIONS).cpu().tolist()
+
+    def calibrate(self) -> tuple[float, dict[str, float]]:
+        """Fit the caution on the calibration slice (``kept_pass`` over ``caution_levels``, against the kept
+        model's figures there): the offset with the highest mean r_PF among those that raise neither own-ASR nor
+        own-HCR, the smallest on a tie; the current one when none is safe (the gate then judges the round). Each
+        decision's score is replayed, not rolled out again. Returns (offset, the figures it gives there)."""
+        scenarios = self.calibration
+        logp = self.logprobs(scenarios)
+        levels = caution_levels(logp)
+        scored = {d: self.task.score(scenarios, [d] * len(scenarios)) for d in DECISIONS}
+        figures = []
+        for level in levels:
+            decisions = cautious_decisions(logp, level)
+            figures.append(holdout_metrics(scenarios, [scored[d][i] for i, d in enumerate(decisions)],
+                                           self.config)["overall"])
+        chosen = kept_pass(figures, self.kept_calibration, self.config.safety_tolerance)
+        if chosen is None:
+            decisions = cautious_decisions(logp, self.caution)
+            return self.caution, holdout_metrics(scenarios, [scored[d][i] for i, d in enumerate(decisions)],
+                                                 self.config)["overall"]
+        return levels[chosen], figures[chosen]
 
     def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
         """Per scenario, the best z each dimension attains over the valid decisions (all three are scored: the
@@ -548,11 +613,13 @@ class Evolution:
         started = time.perf_counter()
         before = self.evaluate()
         kept_check = self.kept_check = self.check_metrics()
+        if self.calibration:
+            self.kept_calibration = holdout_metrics(self.calibration, self.decide(self.calibration), config)["overall"]
         best = kept_check["mean_r_pf"]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
                            "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
-                           "sft_passes_safe": None, "pfpo_loss": None,
+                           "sft_passes_safe": None, "caution": self.caution, "pfpo_loss": None,
                            "clip_fraction": None, "check_mean_r_pf": best,
                            "rolled_back": None,
                            **{f"decided_by_{rule}": None for rule in RULES},
@@ -581,16 +648,26 @@ class Evolution:
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
             # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
             # PFPO moved the model since, the check slice has been decided on it already
-            judged = passes.check and not (buffer and config.pfpo.enabled)
+            caution, calibrated = self.caution, None
+            if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
+                self.caution, calibrated = self.calibrate()
+                self.progress(f"    caution {self.caution:+.3f} (calibration slice: {_line(_own(calibrated))})")
+            judged = passes.check and not (buffer and config.pfpo.enabled) and self.caution == caution
             check_metrics = passes.check[-1 if passes.kept is None else passes.kept] if judged else self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
             if raised:  # the round made the model itself less safe: undo it, and say so
                 self.model.restore(snapshot)
+                self.caution = caution
                 self.progress(f"  round {t}: rolled back ({raised})")
                 check_metrics = kept_check
+            elif calibrated is not None:
+                self.kept_calibration = calibrated
             kept_check = self.kept_check = check_metrics
             check = check_metrics["mean_r_pf"]
-            self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round
+            self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its caution
+            write_json_atomic(output / f"adapter_round{t}" / "caution.json", {
+                "caution": self.caution, "decisions": list(DECISIONS),
+                "rule": "handle iff log p(handle) >= max(log p(escalate), log p(refuse)) + caution"})
             timed["check"] = time.perf_counter() - round_started - sum(timed.values())
             after = self.evaluate()
             timed["holdout"] = time.perf_counter() - round_started - sum(timed.values())
@@ -605,6 +682,7 @@ class Evolution:
                 # sft.select: check: the pass kept (1-based; 0: none was safe) and how many passes were safe
                 "sft_pass_kept": None if not passes.check else 0 if passes.kept is None else passes.kept + 1,
                 "sft_passes_safe": passes.safe if passes.check else None,
+                "caution": self.caution,  # the offset kept (calibration_size; 0: none)
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "check_mean_r_pf": check, "rolled_back": raised or None,

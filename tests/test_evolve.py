@@ -7,6 +7,8 @@ import random
 
 import pytest
 from conftest import oracle_models
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
@@ -16,7 +18,7 @@ from evolve.loop import (  # noqa: E402
     Candidate, Evolution, Failure, require_trainable, supervise, temperatures,
 )
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
-from evolve.task import MALFORMED, DecisionTask, parse_decision  # noqa: E402
+from evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
 from rollout.errors import FarInputError  # noqa: E402
 from rollout.eval_only import EvalOnlyRegistry  # noqa: E402
 from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
@@ -719,3 +721,71 @@ def test_select_check_keeps_the_adapter_of_the_best_safe_pass(tmp_path, script, 
     assert any(not torch.equal(before[n], adapters[1][n]) for n in before)  # the passes did move the adapter
     if not rolled_back:
         assert row["check_mean_r_pf"] == script[kept - 1][1] and summary["rounds"][1]["rolled_back"] is None
+
+
+LOGP = st.lists(st.tuples(*[st.sampled_from([-3.0, -2.0, -1.5, -1.0, -0.5, 0.0])] * 3), min_size=0, max_size=6)
+
+
+@given(LOGP)
+def test_no_caution_decides_as_argmax_does(logp):
+    from evolve.loop import cautious_decisions
+
+    assert cautious_decisions(logp, 0.0) == [DECISIONS[max(range(3), key=lambda i: (row[i], -i))] for row in logp]
+
+
+@settings(max_examples=300)
+@given(LOGP, st.floats(-5, 5, allow_nan=False))
+def test_every_offset_decides_as_one_of_the_caution_levels(logp, offset):
+    from evolve.loop import caution_levels, cautious_decisions
+
+    levels = caution_levels(logp)
+    assert levels[0] == 0.0 and [abs(c) for c in levels] == sorted(abs(c) for c in levels)
+    assert cautious_decisions(logp, offset) in [cautious_decisions(logp, c) for c in levels]
+    harmful_first = cautious_decisions(logp, offset + 1.0)  # more caution never handles more
+    assert all(a != "handle" or b == "handle" for a, b in zip(harmful_first, cautious_decisions(logp, offset)))
+
+
+def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_rest(tmp_path):
+    """Scripted log-probs: harmful and injected requests have a handle margin of 1, the rest 2. Against a kept
+    model that handled nothing harmful, the offset fitted lies between the two (harm refused, the rest handled),
+    on a train slice apart from dev, check and holdout."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40))
+    calibration = evolution.calibration
+    assert len(calibration) == 40 and all(s.split == "train" for s in calibration)
+    assert not {s.id for s in calibration} & {s.id for s in [*evolution.dev, *evolution.check, *evolution.holdout]}
+    assert any(s.ground_truth.unsafe or s.ground_truth.injected for s in calibration)
+
+    def scripted(scenarios):
+        return [[-1.0, -3.0, -2.0] if s.ground_truth.unsafe or s.ground_truth.injected else [-0.5, -3.0, -2.5]
+                for s in scenarios]
+
+    evolution.logprobs = scripted
+    evolution.kept_calibration = {"own_asr": 0.0, "own_hcr": 0.0}
+    caution, figures = evolution.calibrate()
+    assert 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
+    assert figures["own_over_refusal"] == 0.0
+    evolution.caution = caution
+    decided = evolution.decide(calibration)  # the greedy decisions apply the caution
+    assert [d.decision for d in decided] == ["refuse" if s.ground_truth.unsafe or s.ground_truth.injected else
+                                             "handle" for s in calibration]
+    evolution.kept_calibration = {"own_asr": -1.0, "own_hcr": -1.0}  # nothing can be as safe: the offset stays
+    assert evolution.calibrate()[0] == caution
+
+
+def test_a_round_saves_the_caution_it_kept(tmp_path):
+    import pyarrow.parquet as pq
+
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
+                                      calibration_size=30, pfpo={"enabled": False}))
+    said = []
+    evolution.progress = said.append
+    evolution.run(tmp_path)
+    rows = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
+    assert rows[0]["caution"] == 0.0 and rows[1]["buffer"] > 0
+    assert any("rolled back" in line for line in said) == bool(rows[1]["rolled_back"])
+    assert any(line.startswith("    caution ") for line in said)
+    saved = json.loads((tmp_path / "adapter_round1" / "caution.json").read_text())
+    assert saved["caution"] == rows[1]["caution"] == evolution.caution
+    if rows[1]["rolled_back"]:
+        assert evolution.caution == 0.0
