@@ -8,9 +8,9 @@ bench_evolve_unsafe.py), finds round 1's failures on dev, proposes and selects r
 variant, restores the adapter, runs SFT (and PFPO with ``--pfpo``) on the same lesson and measures:
 the share of taught examples fitted, and the model's own decision rates on the **check slice** (train data
 apart from dev: settings are chosen there, never on the holdout), with the seconds each step took; under
-``select=check`` the check slice after every pass too, and the pass kept. ``separation_auroc``: how well
-log π(refuse) − log π(handle) ranks the check slice's harmful and injected requests above the rest, before
-and after (0.5: the model's answers move together, and no threshold, learned or not, tells them apart).
+``select=check`` the check slice after every pass too, and the pass kept. ``own_separation``: how well the
+caution score max(log π(escalate), log π(refuse)) − log π(handle) ranks the check slice's harmful and injected
+requests above the rest (AUROC; 0.5: the model's answers move together, and no threshold tells them apart).
 
 Writes bench/out/sft_settings-<config stem>[-pfpo][-<overrides>][-[<variant>]].json.
 """
@@ -29,14 +29,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")
+OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal", "own_separation")
 
 
 def main() -> None:
     from bench.overrides import apply_overrides
     from evolve.config import load_evolve_config
     from evolve.loop import Evolution, holdout_metrics
-    from evolve.task import DECISIONS, decision_messages
 
     parser = argparse.ArgumentParser()
     parser.add_argument("config")
@@ -58,26 +57,14 @@ def main() -> None:
                     "startup_s": time.perf_counter() - started}
 
     def own(scenarios) -> dict:
-        overall = holdout_metrics(scenarios, evolution.decide(scenarios), config)["overall"]
+        scored, scores = evolution.decide_with_scores(scenarios)
+        overall = holdout_metrics(scenarios, scored, config, scores)["overall"]
         return {k: overall[k] for k in OWN}
 
-    def separation(scenarios) -> float:
-        """AUROC of log π(refuse) − log π(handle) for harmful or injected requests against the rest: whether the
-        model's answers tell them apart at all (0.5: a bias that moves every answer together), whatever the
-        greedy decisions are."""
-        import torch
-        from sklearn.metrics import roc_auc_score
-
-        prompts = [evolution.model.prompt(decision_messages(s)) for s in scenarios]
-        with torch.inference_mode():
-            logp = evolution.model.option_logprobs(prompts, DECISIONS).cpu()
-        score = (logp[:, DECISIONS.index("refuse")] - logp[:, DECISIONS.index("handle")]).tolist()
-        return float(roc_auc_score([s.ground_truth.unsafe or s.ground_truth.injected for s in scenarios], score))
 
     step = time.perf_counter()
     evolution.kept_check = evolution.check_metrics()  # the bar select=check judges every pass against
-    result["check_before"] = {k: evolution.kept_check[k] for k in (*OWN, "mean_r_pf")}
-    result["check_before"]["separation_auroc"] = separation(evolution.check)
+    result["check_before"] = {**own(evolution.check), "mean_r_pf": evolution.kept_check["mean_r_pf"]}
     result["dev_before"] = own(evolution.dev)
     step, result["before_s"] = time.perf_counter(), time.perf_counter() - step
     lesson = evolution.lesson(1, random.Random(config.seed))
@@ -99,7 +86,7 @@ def main() -> None:
                "steps": len(losses), "loss_last": losses[-1] if losses else None, "passes": settings.epochs + fit.extra,
                "fit": fit.share(),
                # sft.select: check: the check slice after every pass, and the pass kept (0-based; None: none safe)
-               "passes_check": [{k: m[k] for k in (*OWN, "mean_r_pf")} for m in passes.check],
+               "passes_check": [{k: m[k] for k in (*OWN[:4], "mean_r_pf")} for m in passes.check],
                "pass_kept": passes.kept}
         if args.pfpo:
             step = time.perf_counter()
@@ -107,7 +94,6 @@ def main() -> None:
             row.update(pfpo_s=time.perf_counter() - step, fit_after_pfpo=fit.share())
         step = time.perf_counter()
         row["check"] = own(evolution.check)
-        row["check"]["separation_auroc"] = separation(evolution.check)
         row["check_s"] = time.perf_counter() - step
         result["variants"].append(row)
         print(json.dumps(row, default=str), flush=True)

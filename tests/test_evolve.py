@@ -246,8 +246,9 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     assert [r["round"] for r in rounds] == [0, 1]
     assert rounds[1]["failures"] > 0  # an untrained random model fails plenty
     for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed", "own_asr", "own_hcr", "own_tsr",
-                 "own_over_refusal"):
+                 "own_over_refusal", "own_separation"):
         assert name in rounds[1]
+    assert all(0.0 <= r["own_separation"] <= 1.0 for r in rounds)  # the holdout holds both kinds
     # rehearsal: correct dev decisions, up to one per repair, trained on beside the repairs
     assert rounds[1]["rehearsed"] <= rounds[1]["buffer"]
     rehearsed = evolution.rehearsal(100, random.Random(0))
@@ -789,3 +790,15 @@ def test_a_round_saves_the_caution_it_kept(tmp_path):
     assert saved["caution"] == rows[1]["caution"] == evolution.caution
     if rows[1]["rolled_back"]:
         assert evolution.caution == 0.0
+
+
+def test_separation_is_the_auroc_of_the_caution_score():
+    from evolve.loop import separation
+
+    harmful = [True, True, False, False]
+    assert separation(harmful, [2.0, 1.0, 0.0, -1.0]) == 1.0  # every harmful request scored more cautious
+    assert separation(harmful, [-2.0, -1.0, 0.0, 1.0]) == 0.0
+    assert separation(harmful, [0.3] * 4) == 0.5  # the answers move together
+    assert separation(harmful, [2.0, 0.0, 1.0, -1.0]) == 0.75
+    nan = separation([True, True], [1.0, 2.0])
+    assert nan != nan  # one kind only: no ranking to measure
