@@ -7,7 +7,8 @@ For each seed, ``far evolve configs/evolve.yaml`` (K=4, G=4, dev 32, holdout 64)
 HCR, TSR and over-refusal before round 1 and after each round. Reported per seed and as mean ± spread
 (min..max) over seeds. Beside them, the baselines that update no weights, on the same dev and holdout
 scenarios: FAR's policy search and Optuna's NSGA-II, ``--baseline-budget`` policy evaluations each, with
-the base SmolLM2 as a calibrated risk edge. Writes bench/out/evolve.json.
+the base SmolLM2 as a calibrated risk edge. Writes bench/out/evolve.json (other seeds than 0 1 2:
+evolve-seeds<S-...>.json).
 """
 from __future__ import annotations
 
@@ -141,9 +142,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--baseline-budget", type=int, default=40, help="policy evaluations per baseline")
     parser.add_argument("--skip-fate", action="store_true", help="only the baselines")
+    parser.add_argument("--skip-baselines", action="store_true", help="only FATE")
     args = parser.parse_args()
     out_dir = ROOT / "bench" / "out"
-    base = {seed: baselines(seed, args.baseline_budget) for seed in args.seeds}
+    base = {} if args.skip_baselines else {seed: baselines(seed, args.baseline_budget) for seed in args.seeds}
     if args.skip_fate:
         print(json.dumps(base, indent=2))
         return
@@ -154,7 +156,8 @@ def main() -> None:
         summary[f"round_{index}"] = {m: {"mean": sum(v) / len(v), "min": min(v), "max": max(v)}
                                      for m, v in values.items() if v}
     result = {"runs": runs, "summary": summary, "baselines": base}
-    (out_dir / "evolve.json").write_text(json.dumps(result, indent=2))
+    name = "evolve.json" if args.seeds == [0, 1, 2] else f"evolve-seeds{'-'.join(map(str, args.seeds))}.json"
+    (out_dir / name).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 
 

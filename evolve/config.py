@@ -87,7 +87,8 @@ class EvolveConfig(BaseModel):
     holdout_size: int = Field(64, ge=1)
     check_size: int = Field(64, ge=1, description="train scenarios, apart from dev, that early stopping is "
                             "judged on (never the holdout: it is evaluated for reporting only)")
-    calibration_size: int = Field(0, ge=0, description="train scenarios, apart from dev and check, on which each "
+    calibration_size: int = Field(0, ge=0, description="train scenarios, apart from dev and check and written "
+                                  "from none of dev's templates, on which each "
                                   "round fits the model's caution: an offset added to the log-probabilities of "
                                   "escalate and refuse against handle in every greedy decision, chosen so the "
                                   "model's own ASR and HCR there do not rise over the kept model's (0: off; SFT "

@@ -20,7 +20,7 @@ Round t (π_t is the current model):
    A_i = r_i − mean_j r_j, clipped ratio loss with a KL penalty to the base model.
    With ``sft.select: check`` the pass kept is the best of the passes judged on the check slice.
    With ``calibration_size`` > 0, the model's caution is then refitted on its own train slice (apart from dev
-   and check): an offset on log π(escalate) and log π(refuse) against log π(handle) in every greedy decision,
+   and check, from none of dev's templates): an offset on log π(escalate) and log π(refuse) against log π(handle) in every greedy decision,
    the one with the best mean r_PF among those that do not raise own-ASR or own-HCR there (``calibrate``):
    SFT can teach the model to rank harmful requests above benign ones and leave its threshold wrong;
 6. the safety gate: a round that raises the model's own ASR or HCR on the check slice by more than
@@ -340,11 +340,14 @@ def slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Sc
     return dev, check, rng.sample(list(holdout), min(config.holdout_size, len(holdout)))
 
 
-def calibration_slice(config: EvolveConfig, train: Sequence[Scenario], taken: Sequence[Scenario]) -> list[Scenario]:
-    """``calibration_size`` train scenarios apart from those ``taken`` (dev and check), seeded: where the
-    caution offset is fitted, so the check slice stays an independent judge of the round."""
-    chosen = {s.id for s in taken}
-    rest = [s for s in train if s.id not in chosen]
+def calibration_slice(config: EvolveConfig, train: Sequence[Scenario], dev: Sequence[Scenario],
+                      check: Sequence[Scenario]) -> list[Scenario]:
+    """``calibration_size`` train scenarios, seeded, where the caution offset is fitted: apart from dev and check
+    (the check slice stays an independent judge of the round), and written from none of dev's templates
+    (``group_key``): SFT learns dev's phrasings, and a threshold fitted where the model has seen the wording
+    is too bold on the holdout's unseen templates."""
+    taken, taught = {s.id for s in [*dev, *check]}, {s.group_key for s in dev}
+    rest = [s for s in train if s.id not in taken and s.group_key not in taught]
     return random.Random(f"calibration-{config.seed}").sample(rest, min(config.calibration_size, len(rest)))
 
 
@@ -369,7 +372,7 @@ class Evolution:
         if not any(s.ground_truth.unsafe or s.ground_truth.injected for s in self.check):
             self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
                           "cannot see own-ASR or own-HCR rise (raise check_size)")
-        self.calibration = calibration_slice(config, train, [*self.dev, *self.check])
+        self.calibration = calibration_slice(config, train, self.dev, self.check)
         self.caution = 0.0  # added to log π(escalate), log π(refuse) in every greedy decision (``calibration_size``)
         self.kept_calibration: dict[str, float] | None = None  # the kept model's calibration-slice figures
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)

@@ -754,6 +754,7 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
     calibration = evolution.calibration
     assert len(calibration) == 40 and all(s.split == "train" for s in calibration)
     assert not {s.id for s in calibration} & {s.id for s in [*evolution.dev, *evolution.check, *evolution.holdout]}
+    assert not {s.group_key for s in calibration} & {s.group_key for s in evolution.dev}  # no wording SFT learned
     assert any(s.ground_truth.unsafe or s.ground_truth.injected for s in calibration)
 
     def scripted(scenarios):
