@@ -20,9 +20,10 @@ Round t (π_t is the current model):
    A_i = r_i − mean_j r_j, clipped ratio loss with a KL penalty to the base model.
    With ``sft.select: check`` the pass kept is the best of the passes judged on the check slice.
    With ``calibration_size`` > 0, the model's caution is then refitted on its own train slice (apart from dev
-   and check, from none of dev's templates): an offset on log π(escalate) and log π(refuse) against log π(handle) in every greedy decision,
-   the one with the best mean r_PF among those that do not raise own-ASR or own-HCR there (``calibrate``):
-   SFT can teach the model to rank harmful requests above benign ones and leave its threshold wrong;
+   and check, from none of dev's templates): an offset on log π(escalate) and log π(refuse) against
+   log π(handle) in every greedy decision, the one with the best mean r_PF among those that do not raise
+   own-ASR or own-HCR there (``calibrate``): SFT can teach the model to rank harmful requests above benign
+   ones and leave its threshold wrong;
 6. the safety gate: a round that raises the model's own ASR or HCR on the check slice by more than
    ``safety_tolerance`` is rolled back (the adapter and the caution restored; ``rolled_back`` says why);
 7. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
@@ -373,6 +374,10 @@ class Evolution:
             self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
                           "cannot see own-ASR or own-HCR rise (raise check_size)")
         self.calibration = calibration_slice(config, train, self.dev, self.check)
+        if config.calibration_size and len(self.calibration) < config.calibration_size:
+            self.progress(f"  warning: the calibration slice holds {len(self.calibration)} of calibration_size "
+                          f"{config.calibration_size} scenarios: train has no more apart from dev, check and dev's "
+                          "templates" + (" (no caution is fitted)" if not self.calibration else ""))
         self.caution = 0.0  # added to log π(escalate), log π(refuse) in every greedy decision (``calibration_size``)
         self.kept_calibration: dict[str, float] | None = None  # the kept model's calibration-slice figures
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
@@ -674,12 +679,12 @@ class Evolution:
             pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
                                              t) if buffer and config.pfpo.enabled else ([], [])
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
-            # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
-            # PFPO moved the model since, the check slice has been decided on it already
             caution, calibrated = self.caution, None
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
                 self.caution, calibrated = self.calibrate()
                 self.progress(f"    caution {self.caution:+.3f} (calibration slice: {_line(_own(calibrated))})")
+            # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
+            # PFPO or the caution changed the decisions since, the check slice has been decided on it already
             judged = passes.check and not (buffer and config.pfpo.enabled) and self.caution == caution
             check_metrics = passes.check[-1 if passes.kept is None else passes.kept] if judged else self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
