@@ -18,6 +18,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,11 +29,13 @@ ROUND_FACTS = ("failures", "buffer", "rehearsed", "explored", "distinct_rate", "
                "decided_by_repair", "decided_by_kappa", "decided_by_pareto", "decided_by_r_pf", "decided_by_none")
 
 
-def run_seed(seed: int, rounds: int, out: Path) -> dict:
+def run_seed(seed: int, rounds: int, out: Path, overrides: Sequence[str] = ()) -> dict:
     import pyarrow.parquet as pq
     import yaml
 
-    config = yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text())
+    from bench.overrides import apply_overrides
+
+    config = apply_overrides(yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text()), list(overrides))
     config.update({"seed": seed, "rounds": rounds, "min_improvement": 0.0, "output": str(out),
                    "rewards": str(ROOT / "configs" / "rewards.yaml")})
     path = out.parent / f"evolve_seed{seed}.yaml"
@@ -143,13 +146,15 @@ def main() -> None:
     parser.add_argument("--baseline-budget", type=int, default=40, help="policy evaluations per baseline")
     parser.add_argument("--skip-fate", action="store_true", help="only the baselines")
     parser.add_argument("--skip-baselines", action="store_true", help="only FATE")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
+                        help="override a key of configs/evolve.yaml for the FATE runs (dotted for nested)")
     args = parser.parse_args()
     out_dir = ROOT / "bench" / "out"
     base = {} if args.skip_baselines else {seed: baselines(seed, args.baseline_budget) for seed in args.seeds}
     if args.skip_fate:
         print(json.dumps(base, indent=2))
         return
-    runs = [run_seed(seed, args.rounds, out_dir / f"evolve-seed{seed}") for seed in args.seeds]
+    runs = [run_seed(seed, args.rounds, out_dir / f"evolve-seed{seed}", args.set) for seed in args.seeds]
     summary = {}
     for index in range(args.rounds + 1):
         values = {m: [run["rounds"][index][m] for run in runs if index < len(run["rounds"])] for m in METRICS}
