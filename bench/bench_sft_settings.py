@@ -56,15 +56,16 @@ def main() -> None:
                     "pfpo": config.pfpo.model_dump(),
                     "startup_s": time.perf_counter() - started}
 
-    def own(scenarios) -> dict:
+    def figures(scenarios) -> dict:
         scored, scores = evolution.decide_with_scores(scenarios)
-        overall = holdout_metrics(scenarios, scored, config, scores)["overall"]
-        return {k: overall[k] for k in OWN}
+        return holdout_metrics(scenarios, scored, config, scores)["overall"]
 
+    def own(scenarios) -> dict:
+        return {k: v for k, v in figures(scenarios).items() if k in OWN}
 
     step = time.perf_counter()
-    evolution.kept_check = evolution.check_metrics()  # the bar select=check judges every pass against
-    result["check_before"] = {**own(evolution.check), "mean_r_pf": evolution.kept_check["mean_r_pf"]}
+    evolution.kept_check = figures(evolution.check)  # the bar select=check judges every pass against
+    result["check_before"] = {k: evolution.kept_check[k] for k in (*OWN, "mean_r_pf")}
     result["dev_before"] = own(evolution.dev)
     step, result["before_s"] = time.perf_counter(), time.perf_counter() - step
     lesson = evolution.lesson(1, random.Random(config.seed))

@@ -421,18 +421,17 @@ class Evolution:
         decision's score is replayed, not rolled out again. Returns (offset, the figures it gives there)."""
         scenarios = self.calibration
         logp = self.logprobs(scenarios)
-        levels = caution_levels(logp)
         scored = {d: self.task.score(scenarios, [d] * len(scenarios)) for d in DECISIONS}
-        figures = []
-        for level in levels:
+
+        def figures_at(level: float) -> dict[str, float]:
             decisions = cautious_decisions(logp, level)
-            figures.append(holdout_metrics(scenarios, [scored[d][i] for i, d in enumerate(decisions)],
-                                           self.config)["overall"])
+            return holdout_metrics(scenarios, [scored[d][i] for i, d in enumerate(decisions)], self.config)["overall"]
+
+        levels = caution_levels(logp)
+        figures = [figures_at(level) for level in levels]
         chosen = kept_pass(figures, self.kept_calibration, self.config.safety_tolerance)
         if chosen is None:
-            decisions = cautious_decisions(logp, self.caution)
-            return self.caution, holdout_metrics(scenarios, [scored[d][i] for i, d in enumerate(decisions)],
-                                                 self.config)["overall"]
+            return self.caution, figures_at(self.caution)
         return levels[chosen], figures[chosen]
 
     def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:

@@ -156,7 +156,7 @@ class PolicyModel:
                 later = torch.log_softmax(follow.logits.float(), dim=-1)
                 logp.append(later.gather(-1, targets[:, 1:].unsqueeze(-1)).squeeze(-1))
             totals.append((torch.cat(logp, dim=1) * option_mask.repeat(b, 1)).sum(dim=-1).view(b, n))
-        return torch.cat(totals)
+        return torch.cat(totals) if totals else torch.zeros(0, n, device=self.device)  # no prompt: no row
 
     def _prompt_pass(self, rows: Sequence[list[int]], keep: int = 1):
         """One cached pass over token rows, the logits of each row's last ``keep`` positions kept: the rows'

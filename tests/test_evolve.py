@@ -623,6 +623,16 @@ def test_the_adapter_wraps_the_layers_named(targets):
     assert all(not p.requires_grad for name, p in model.model.named_parameters() if "lora_" not in name)
 
 
+def test_no_prompts_give_no_decisions():
+    from evolve.loop import Fit
+    from evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random"))
+    assert tuple(model.option_logprobs([], DECISIONS).shape) == (0, 3)
+    assert model.choose([], DECISIONS, temperature=0.0) == []
+    assert Fit(model, [], []).share() == 0.0  # a lesson with nothing taught fits nothing
+
+
 def test_the_fit_check_reads_the_models_greedy_decisions():
     from evolve.loop import Fit
 
