@@ -94,6 +94,10 @@ class EvolveConfig(BaseModel):
                                   "model's own ASR and HCR there do not rise over the kept model's (0: off; SFT "
                                   "can teach the model to rank harmful requests above benign ones and still leave "
                                   "its threshold in the wrong place)")
+    calibration_margin: Literal["leave_template_out", "none"] = Field(
+        "leave_template_out", description="leave_template_out: the caution fitted on the calibration slice is "
+        "raised by the most any of its templates, left out, needed over the fit of the rest (the holdout is "
+        "written from templates train never uses, and a fit is tight on the wording it saw); none: the fit as it is")
     candidates: int = Field(4, ge=1, description="K repairs sampled per failure")
     temperature_min: float = Field(0.3, ge=0)
     temperature_max: float = Field(1.2, ge=0)

@@ -247,6 +247,28 @@ def caution_levels(logp: Sequence[Sequence[float]]) -> list[float]:
     return sorted({0.0, margins[0], *past}, key=lambda c: (abs(c), c))  # margins[0]: every input handled
 
 
+def template_shift(groups: Sequence[str], fit: Callable[[list[int]], float | None],
+                   needed: Callable[[list[int], float], float]) -> float:
+    """How much more cautious than its fit an offset must be to hold on a template it never saw, estimated by
+    leaving each template out in turn (a cross-fitted margin, as jackknife+ widens an interval): the largest
+    ``needed(g, c) - c`` over the templates g of ``groups`` (one per input), where c = ``fit(the rest)`` and
+    ``needed(g, c)`` is the least offset from c up that holds on g; folds whose fit is None (no offset was safe
+    on the rest) are skipped; 0 with fewer than two templates. A fit is tight on the wording it saw, and the
+    holdout is written from templates train never uses."""
+    by_group: dict[str, list[int]] = {}
+    for i, group in enumerate(groups):
+        by_group.setdefault(group, []).append(i)
+    if len(by_group) < 2:
+        return 0.0
+    shift = 0.0
+    for members in by_group.values():
+        left_out = set(members)
+        fitted = fit([i for i in range(len(groups)) if i not in left_out])
+        if fitted is not None:
+            shift = max(shift, needed(members, fitted) - fitted)
+    return shift
+
+
 @dataclass
 class Passes:
     """The SFT passes a round judged on the check slice (``sft.select: check``; empty otherwise): the check
@@ -278,9 +300,9 @@ def separation(harmful: Sequence[bool], caution_scores: Sequence[float]) -> floa
 
 
 def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], config: EvolveConfig,
-                    caution_scores: Sequence[float] | None = None) -> dict[str, Any]:
-    """The figures of a set of decisions, overall and per category; with the models' ``caution_scores`` (one per
-    scenario) also ``own_separation`` (``separation``)."""
+                    caution_scores: Sequence[float] | None = None, by_category: bool = True) -> dict[str, Any]:
+    """The figures of a set of decisions, overall and (``by_category``) per category; with the models'
+    ``caution_scores`` (one per scenario) also ``own_separation`` (``separation``)."""
     def rate(selected, predicate) -> float:
         selected = list(selected)
         return sum(predicate(s) for s in selected) / len(selected) if selected else float("nan")
@@ -323,10 +345,10 @@ def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], con
             if scores else float("nan"),
         }
 
-    by_category: dict[str, list] = {}
-    for pair in pairs:
-        by_category.setdefault(pair[0].category, []).append(pair)
-    return {"overall": metrics(pairs), "by_category": {c: metrics(g) for c, g in sorted(by_category.items())}}
+    categories: dict[str, list] = {}
+    for pair in pairs if by_category else ():
+        categories.setdefault(pair[0].category, []).append(pair)
+    return {"overall": metrics(pairs), "by_category": {c: metrics(g) for c, g in sorted(categories.items())}}
 
 
 def slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Scenario]
@@ -379,7 +401,7 @@ class Evolution:
                           f"{config.calibration_size} scenarios: train has no more apart from dev, check and dev's "
                           "templates" + (" (no caution is fitted)" if not self.calibration else ""))
         self.caution = 0.0  # added to log π(escalate), log π(refuse) in every greedy decision (``calibration_size``)
-        self.kept_calibration: dict[str, float] | None = None  # the kept model's calibration-slice figures
+        self.kept_calibration: list[str] | None = None  # the kept model's decisions on the calibration slice
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.kept_check: dict[str, float] | None = None  # the kept model's check-slice figures (the gate's bar)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
@@ -414,25 +436,44 @@ class Evolution:
         with torch.inference_mode():
             return self.model.option_logprobs(prompts, DECISIONS).cpu().tolist()
 
-    def calibrate(self) -> tuple[float, dict[str, float]]:
-        """Fit the caution on the calibration slice (``kept_pass`` over ``caution_levels``, against the kept
-        model's figures there): the offset with the highest mean r_PF among those that raise neither own-ASR nor
-        own-HCR, the smallest on a tie; the current one when none is safe (the gate then judges the round). Each
-        decision's score is replayed, not rolled out again. Returns (offset, the figures it gives there)."""
-        scenarios = self.calibration
+    def calibrate(self) -> tuple[float, dict[str, float], list[str]]:
+        """Fit the caution on the calibration slice against the kept model's decisions there: the offset
+        (``caution_levels``) with the highest mean r_PF among those that raise neither own-ASR nor own-HCR
+        (``kept_pass``), plus, under ``calibration_margin: leave_template_out``, the margin an unseen template
+        needed over the fit of the rest (``template_shift``); the current offset when none is safe (the gate then
+        judges the round). Each decision's score is replayed, not rolled out again. Returns (offset, the figures
+        it gives there, its decisions there)."""
+        scenarios, tolerance = self.calibration, self.config.safety_tolerance
         logp = self.logprobs(scenarios)
         scored = {d: self.task.score(scenarios, [d] * len(scenarios)) for d in DECISIONS}
+        kept = self.kept_calibration
 
-        def figures_at(level: float) -> dict[str, float]:
-            decisions = cautious_decisions(logp, level)
-            return holdout_metrics(scenarios, [scored[d][i] for i, d in enumerate(decisions)], self.config)["overall"]
+        def figures(ids: Sequence[int], decisions: Sequence[str]) -> dict[str, float]:
+            return holdout_metrics([scenarios[i] for i in ids], [scored[d][i] for i, d in zip(ids, decisions)],
+                                   self.config, by_category=False)["overall"]
 
-        levels = caution_levels(logp)
-        figures = [figures_at(level) for level in levels]
-        chosen = kept_pass(figures, self.kept_calibration, self.config.safety_tolerance)
-        if chosen is None:
-            return self.caution, figures_at(self.caution)
-        return levels[chosen], figures[chosen]
+        def fit(ids: Sequence[int]) -> float | None:
+            rows = [logp[i] for i in ids]
+            levels = caution_levels(rows)
+            chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels],
+                               figures(ids, [kept[i] for i in ids]), tolerance)
+            return None if chosen is None else levels[chosen]
+
+        def needed(ids: Sequence[int], floor: float) -> float:
+            rows, before = [logp[i] for i in ids], figures(ids, [kept[i] for i in ids])
+            levels = sorted(level for level in {floor, *caution_levels(rows)} if level >= floor)
+            # past every margin nothing is handled, so some level holds
+            return next(level for level in levels
+                        if not unsafe_rise(before, figures(ids, cautious_decisions(rows, level)), tolerance))
+
+        everything = list(range(len(scenarios)))
+        level = fit(everything)
+        if level is None:
+            level = self.caution
+        elif self.config.calibration_margin == "leave_template_out":
+            level += template_shift([s.group_key for s in scenarios], fit, needed)
+        decisions = cautious_decisions(logp, level)
+        return level, figures(everything, decisions), decisions
 
     def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
         """Per scenario, the best z each dimension attains over the valid decisions (all three are scored: the
@@ -646,7 +687,7 @@ class Evolution:
         before = self.evaluate()
         kept_check = self.kept_check = self.check_metrics()
         if self.calibration:
-            self.kept_calibration = holdout_metrics(self.calibration, self.decide(self.calibration), config)["overall"]
+            self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
         best = kept_check["mean_r_pf"]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
@@ -680,7 +721,7 @@ class Evolution:
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
             caution, calibrated = self.caution, None
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
-                self.caution, calibrated = self.calibrate()
+                self.caution, calibrated, calibrated_decisions = self.calibrate()
                 self.progress(f"    caution {self.caution:+.3f} (calibration slice: {_line(_own(calibrated))})")
             # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
             # PFPO or the caution changed the decisions since, the check slice has been decided on it already
@@ -693,7 +734,7 @@ class Evolution:
                 self.progress(f"  round {t}: rolled back ({raised})")
                 check_metrics = kept_check
             elif calibrated is not None:
-                self.kept_calibration = calibrated
+                self.kept_calibration = calibrated_decisions
             kept_check = self.kept_check = check_metrics
             check = check_metrics["mean_r_pf"]
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its caution

@@ -767,21 +767,87 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
     assert not {s.group_key for s in calibration} & {s.group_key for s in evolution.dev}  # no wording SFT learned
     assert any(s.ground_truth.unsafe or s.ground_truth.injected for s in calibration)
 
+    def harmful(scenario) -> bool:
+        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+
     def scripted(scenarios):
-        return [[-1.0, -3.0, -2.0] if s.ground_truth.unsafe or s.ground_truth.injected else [-0.5, -3.0, -2.5]
-                for s in scenarios]
+        return [[-1.0, -3.0, -2.0] if harmful(s) else [-0.5, -3.0, -2.5] for s in scenarios]
 
     evolution.logprobs = scripted
-    evolution.kept_calibration = {"own_asr": 0.0, "own_hcr": 0.0}
-    caution, figures = evolution.calibrate()
-    assert 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
+    evolution.kept_calibration = ["refuse" if harmful(s) else "handle" for s in calibration]  # no harm handled
+    caution, figures, decisions = evolution.calibrate()
+    assert 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0  # every fold agrees
     assert figures["own_over_refusal"] == 0.0
     evolution.caution = caution
     decided = evolution.decide(calibration)  # the greedy decisions apply the caution
-    assert [d.decision for d in decided] == ["refuse" if s.ground_truth.unsafe or s.ground_truth.injected else
-                                             "handle" for s in calibration]
-    evolution.kept_calibration = {"own_asr": -1.0, "own_hcr": -1.0}  # nothing can be as safe: the offset stays
-    assert evolution.calibrate()[0] == caution
+    assert [d.decision for d in decided] == decisions == ["refuse" if harmful(s) else "handle" for s in calibration]
+
+
+def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
+    """One harmful template is bolder (handle margin 1.5) than the other harmful ones (1); the rest have 2.5. The
+    pooled fit stops just past 1.5; left out, that template needed 0.5 more than the fit of the rest, so
+    ``leave_template_out`` adds 0.5 (the slice is still decided alike); ``none`` does not."""
+    def harmful(scenario) -> bool:
+        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+
+    fitted = {}
+    for margin in ("none", "leave_template_out"):
+        evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin=margin))
+        calibration = evolution.calibration
+        bold = next(s.group_key for s in calibration if harmful(s))
+
+        def scripted(scenarios):
+            return [[-1.5, -3.5, -3.0] if s.group_key == bold else [-1.0, -3.0, -2.0] if harmful(s) else
+                    [-0.5, -3.5, -3.0] for s in scenarios]
+
+        evolution.logprobs = scripted
+        evolution.kept_calibration = ["refuse" if harmful(s) else "handle" for s in calibration]
+        fitted[margin], figures, decisions = evolution.calibrate()
+        assert decisions == ["refuse" if harmful(s) else "handle" for s in calibration]
+    assert fitted["none"] == pytest.approx(1.5) and fitted["none"] > 1.5
+    assert fitted["leave_template_out"] == pytest.approx(2.0)
+
+
+def _margins_fit(values):
+    """A toy calibration: input i needs an offset past values[i]; the fit is the least offset that holds on all."""
+    def fit(ids):
+        return max((values[i] for i in ids), default=None)
+
+    def needed(ids, floor):
+        return max([floor, *(values[i] for i in ids)])
+
+    return fit, needed
+
+
+def test_template_shift_is_how_far_a_left_out_template_exceeds_the_fit_of_the_rest():
+    from evolve.loop import template_shift
+
+    assert template_shift(["a", "b", "c"], *_margins_fit([1.0, 2.0, 5.0])) == 3.0  # c left out: 5 over 2
+    assert template_shift(["a", "b", "b"], *_margins_fit([1.0, 2.0, 5.0])) == 4.0  # b left out: 5 over 1
+    assert template_shift(["a", "b", "c"], *_margins_fit([5.0, 5.0, 1.0])) == 0.0  # a tie: each fit covers the other
+    assert template_shift(["a", "a"], *_margins_fit([1.0, 5.0])) == 0.0  # one template: nothing to leave out
+    assert template_shift([], *_margins_fit([])) == 0.0
+    assert template_shift(["a", "b"], lambda ids: None, lambda ids, floor: floor + 9) == 0.0  # no fold fitted
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.sampled_from([-2.0, 0.0, 0.5, 1.0, 3.0])), max_size=8))
+def test_the_shifted_fit_of_the_rest_holds_on_every_left_out_template(inputs):
+    from evolve.loop import template_shift
+
+    groups, values = [g for g, _ in inputs], [v for _, v in inputs]
+    fit, needed = _margins_fit(values)
+    shift = template_shift(groups, fit, needed)
+    assert shift >= 0.0
+    gaps = []
+    for group in set(groups):
+        rest = [i for i, g in enumerate(groups) if g != group]
+        if rest:
+            members = [i for i, g in enumerate(groups) if g == group]
+            gaps.append(needed(members, fit(rest)) - fit(rest))
+    assert all(gap <= shift for gap in gaps)
+    assert shift == (max(gaps) if len(set(groups)) > 1 else 0.0)
+    assert template_shift(groups[::-1], *_margins_fit(values[::-1])) == shift  # the order of inputs does not matter
 
 
 def test_a_round_saves_the_caution_it_kept(tmp_path):
