@@ -49,6 +49,7 @@ def run_seed(seed: int, rounds: int, out: Path, overrides: Sequence[str] = ()) -
     rows = pq.read_table(out / "rounds.parquet").to_pylist()
     return {"seed": seed, "wall_s": time.perf_counter() - started, "peak_rss_mib": peak_mib,
             "round_seconds": [r["seconds"] for r in rows[1:]],
+            "kept_round": json.loads((out / "summary.json").read_text())["kept_round"],  # the round a run returns
             "rounds": [{k: r[k] for k in ("round", *METRICS, *ROUND_FACTS)} for r in rows]}
 
 

@@ -97,6 +97,7 @@ def main() -> None:
                    env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
     rows = pq.read_table(run / "rounds.parquet").to_pylist()
     result["rounds"] = rows
+    result["kept_round"] = json.loads((run / "summary.json").read_text())["kept_round"]  # the round a run returns
     result["wall_s"] = time.perf_counter() - started
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     out = ROOT / "bench" / "out" / f"evolve_unsafe_{tag}.json"

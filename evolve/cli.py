@@ -26,7 +26,10 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     _progress(f"FAR evolve: {config.rounds} rounds of FATE on {config.model.base} (LoRA r={config.model.lora_r}), "
               f"dev {config.dev_size}, holdout {config.holdout_size}, K={config.candidates}, G={config.pfpo.group}")
     summary = Evolution(config, base, progress=_progress).run(output.resolve())
-    print(f"FAR evolve: {len(summary['rounds']) - 1} round(s), stopped: {summary['stopped']}. Results: {output}/ "
+    kept = summary["kept_round"]
+    print(f"FAR evolve: {len(summary['rounds']) - 1} round(s), stopped: {summary['stopped']}. The model to ship: "
+          + (f"round {kept}'s, {output}/{summary['kept_adapter']}/ (its caution.json beside it). " if kept else
+             "the base model (no round beat it on the check slice). ") + f"Results: {output}/ "
           "(rounds.parquet, rounds_by_category.parquet, replay_buffer_round*.parquet, adapter_round*/, "
           "report.html, summary.json)")
     return 0

@@ -31,7 +31,9 @@ Round t (π_t is the current model):
    (own-ASR: handles an injected call; own-HCR: handles a harmful one; own-TSR: ``own_right_decision``;
    own over-refusal: refuses a benign one), overall and per category; stop early when mean r_PF on the
    *check slice* (train scenarios apart from dev, never the holdout) improves by less than
-   ``min_improvement``, or when a round is rolled back.
+   ``min_improvement``, or when a round is rolled back. The run returns the round whose model handled the
+   fewest harmful or injected check-slice requests itself, then had the best check r_PF (``kept_round``):
+   an early stop on a fall returns the round before it.
 
 Evaluation-only data never enters R_t nor any fit (``require_trainable``, checked on the whole train split
 before anything loads, and on each replay buffer): only train-split scenarios that are not evaluation-only.
@@ -223,6 +225,23 @@ def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tole
         return -math.inf if math.isnan(value) else value
 
     return max(safe, key=lambda i: (score(i), -i))
+
+
+def kept_round(checks: Sequence[dict[str, float]], injected: int, harmful: int) -> int:
+    """Which round's model a run returns, from the check-slice figures of the model kept after each round (round
+    0, before training, first): the one that handles the fewest harmful or injected requests itself
+    (own-ASR × ``injected`` + own-HCR × ``harmful``, the check slice's counts; NaN counts none), then the
+    highest mean r_PF (NaN lowest), the earliest on a tie (it moved the model least). FAR's order: fewer
+    critical failures always wins, and reward only breaks ties (an early stop on a fall of r_PF returns the
+    round before the fall, not the fall)."""
+    def key(i: int) -> tuple[float, float, int]:
+        figures = checks[i]
+        critical = sum(0.0 if math.isnan(figures[rate]) else figures[rate] * count
+                       for rate, count in (("own_asr", injected), ("own_hcr", harmful)))
+        value = figures["mean_r_pf"]
+        return round(critical), math.inf if math.isnan(value) else -value, i
+
+    return min(range(len(checks)), key=key)
 
 
 def cautious_decisions(logp: Sequence[Sequence[float]], caution: float) -> list[str]:
@@ -689,6 +708,8 @@ class Evolution:
         if self.calibration:
             self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
         best = kept_check["mean_r_pf"]
+        kept_checks = [kept_check]  # per round, the check figures of the model kept after it (``kept_round``)
+        kept_states = [(self.model.snapshot(), self.caution, self.kept_calibration)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
                            "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
@@ -767,16 +788,29 @@ class Evolution:
                           f"{lesson.distinct:.2f}; holdout {_line(after['overall'])} "
                           f"({time.perf_counter() - round_started:.0f}s)")
             if raised:
-                stopped = f"round {t} rolled back ({raised}): the model kept is round {t - 1}'s"
+                stopped = f"round {t} rolled back ({raised})"
                 break
+            kept_checks.append(kept_check)
+            kept_states.append((self.model.snapshot(), self.caution, self.kept_calibration))
             gain = check - best
             best = max(best, check)
             if not gain >= config.min_improvement:  # NaN (nothing measurable) stops too
                 stopped = (f"mean r_PF on the check slice (train) improved by {gain:.3f} < {config.min_improvement} "
                            f"in round {t}")
                 break
+        check_kinds = [s.ground_truth for s in self.check]
+        returned = kept_round(kept_checks, sum(g.injected for g in check_kinds),
+                              sum(g.unsafe and not g.injected for g in check_kinds))
+        if returned != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
+            adapter, self.caution, self.kept_calibration = kept_states[returned]
+            self.model.restore(adapter)
+            self.kept_check = kept_checks[returned]
+        self.progress(f"  the model returned: round {returned}'s" + (
+            f" (adapter_round{returned}/)" if returned else " (the base model: no round beat it on the check slice)"))
         summary = {"command": "evolve", "config": config.model_dump(mode="json"), "rounds": rows,
-                   "stopped": stopped, "dev": [s.id for s in self.dev], "check": [s.id for s in self.check],
+                   "stopped": stopped, "kept_round": returned,
+                   "kept_adapter": f"adapter_round{returned}" if returned else None,
+                   "dev": [s.id for s in self.dev], "check": [s.id for s in self.check],
                    "holdout": [s.id for s in self.holdout],
                    "seconds": time.perf_counter() - started}
         write_json_atomic(output / "summary.json", summary)

@@ -427,6 +427,21 @@ def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
     assert "evolve.yaml" in error and ("rounds" in error or "kappa" in error)
 
 
+def test_far_evolve_names_the_model_to_ship(tmp_path, capsys):
+    import yaml
+
+    from serve.cli import main
+
+    config = tmp_path / "evolve.yaml"
+    config.write_text(yaml.safe_dump(tiny_config(tmp_path / "out").model_dump(mode="json")))
+    assert main(["evolve", str(config)]) == 0
+    said = capsys.readouterr().out
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    kept = summary["kept_round"]
+    assert "The model to ship: " + (f"round {kept}'s, {tmp_path / 'out'}/adapter_round{kept}/" if kept
+                                    else "the base model") in said
+
+
 @pytest.mark.parametrize("exploration", [0.0, 1.0])
 def test_exploration_draws_repair_candidates_uniformly(tmp_path, exploration):
     """A confident model sampled on-policy proposes the same decision K times; with ``exploration`` a share of
@@ -699,6 +714,73 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
         assert all(score(m) <= score(passes[kept]) for m in passes if safe(m))
         assert all(score(passes[i]) < score(passes[kept]) for i in range(kept) if safe(passes[i]))
     assert kept_pass([{"own_asr": 0.4, "own_hcr": 0.0, "mean_r_pf": 1.0}], before, 0.2) == 0  # within tolerance
+
+
+ROUNDS_GRID = [{"own_asr": a, "own_hcr": h, "mean_r_pf": r} for a in (0.0, 0.5, float("nan")) for h in (0.0, 1.0)
+               for r in (0.0, 1.0, float("nan"), float("inf"), float("-inf"))]
+
+
+@pytest.mark.parametrize("length", [1, 2, 3])
+def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_first(length):
+    """Exhaustive over short runs (own-ASR 0, 0.5 or NaN on 2 injected requests; own-HCR 0 or 1 on 1 harmful;
+    r_PF in {0, 1, NaN, ±inf}): no round handles fewer harmful or injected requests than the one returned; none
+    of those ties beats its r_PF (NaN lowest), and no earlier one ties it."""
+    import itertools
+    import math
+
+    from evolve.loop import kept_round
+
+    def critical(m):
+        return (0.0 if math.isnan(m["own_asr"]) else 2 * m["own_asr"]) + m["own_hcr"]
+
+    def score(m):
+        return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
+
+    for checks in itertools.product(ROUNDS_GRID, repeat=length):
+        kept = kept_round(checks, injected=2, harmful=1)
+        least = min(critical(m) for m in checks)
+        assert critical(checks[kept]) == least
+        peers = [i for i, m in enumerate(checks) if critical(m) == least]
+        assert all(score(checks[i]) <= score(checks[kept]) for i in peers)
+        assert all(score(checks[i]) < score(checks[kept]) for i in peers if i < kept)
+
+
+@pytest.mark.parametrize("script, returned", [
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1),  # round 2's r_PF fell: the run stops and returns round 1
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2),  # every round better: the last
+    ([(0.0, 1.0), (0.0, 0.5)], 0),              # round 1 fell: the base model is returned
+    ([(0.5, 1.0), (0.5, 3.0), (0.0, 2.0)], 2),  # round 2 handles less harm: returned though its r_PF fell
+])
+def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned):
+    import pyarrow.parquet as pq
+
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
+    evolution = Evolution(tiny_config(tmp_path, rounds=len(script) - 1, dev_size=24, candidates=6, exploration=1.0,
+                                      kappa=kappa,
+                                      pfpo={"enabled": False}))
+    assert any(s.ground_truth.injected for s in evolution.check)
+    answers, adapters = iter(script), []  # the check figures of round 0, 1, ...; the adapter at each
+
+    def scripted_check():
+        asr, r_pf = next(answers)
+        adapters.append(evolution.model.snapshot())
+        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "own_tsr": 0.5, "own_over_refusal": 0.0}
+
+    evolution.check_metrics = scripted_check
+    summary = evolution.run(tmp_path)
+    rows = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
+    assert len(rows) == len(script) and all(row["buffer"] for row in rows[1:])  # every round trained
+    assert summary["kept_round"] == returned and evolution.kept_check["mean_r_pf"] == script[returned][1]
+    assert summary["kept_adapter"] == (f"adapter_round{returned}" if returned else None)
+    after = evolution.model.snapshot()
+    assert all(torch.equal(adapters[returned][n], after[n]) for n in after)
+    assert any(not torch.equal(adapters[0][n], adapters[1][n]) for n in after)  # the rounds did move the adapter
+    if returned:  # the adapter returned is the one saved for that round
+        from safetensors.torch import load_file
+
+        saved = load_file(str(tmp_path / summary["kept_adapter"] / "adapter_model.safetensors"))
+        assert len(saved) == len(after)
+        assert all(torch.equal(saved[name.replace(".default", "")], value) for name, value in after.items())
 
 
 @pytest.mark.parametrize("script, kept, safe, rolled_back", [
