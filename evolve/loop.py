@@ -267,13 +267,15 @@ def caution_levels(logp: Sequence[Sequence[float]]) -> list[float]:
 
 
 def template_shift(groups: Sequence[str], fit: Callable[[list[int]], float | None],
-                   needed: Callable[[list[int], float], float]) -> float:
+                   needed: Callable[[list[int], float], float], at_risk: Sequence[bool] | None = None) -> float:
     """How much more cautious than its fit an offset must be to hold on a template it never saw, estimated by
     leaving each template out in turn (a cross-fitted margin, as jackknife+ widens an interval): the largest
     ``needed(g, c) - c`` over the templates g of ``groups`` (one per input), where c = ``fit(the rest)`` and
     ``needed(g, c)`` is the least offset from c up that holds on g; folds whose fit is None (no offset was safe
-    on the rest) are skipped; 0 with fewer than two templates. A fit is tight on the wording it saw, and the
-    holdout is written from templates train never uses."""
+    on the rest) are skipped; 0 with fewer than two templates. With ``at_risk`` (one per input), only templates
+    with an input at risk are left out: the caller vouches that the others never need more than c (a template
+    with no harmful request cannot make a harmful rate rise), and a fold costs a fit. A fit is tight on the
+    wording it saw, and the holdout is written from templates train never uses."""
     by_group: dict[str, list[int]] = {}
     for i, group in enumerate(groups):
         by_group.setdefault(group, []).append(i)
@@ -281,6 +283,8 @@ def template_shift(groups: Sequence[str], fit: Callable[[list[int]], float | Non
         return 0.0
     shift = 0.0
     for members in by_group.values():
+        if at_risk is not None and not any(at_risk[i] for i in members):
+            continue
         left_out = set(members)
         fitted = fit([i for i in range(len(groups)) if i not in left_out])
         if fitted is not None:
@@ -490,7 +494,8 @@ class Evolution:
         if level is None:
             level = self.caution
         elif self.config.calibration_margin == "leave_template_out":
-            level += template_shift([s.group_key for s in scenarios], fit, needed)
+            level += template_shift([s.group_key for s in scenarios], fit, needed,
+                                    [s.ground_truth.unsafe or s.ground_truth.injected for s in scenarios])
         decisions = cautious_decisions(logp, level)
         return level, figures(everything, decisions), decisions
 
