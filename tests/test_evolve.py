@@ -716,6 +716,23 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
     assert kept_pass([{"own_asr": 0.4, "own_hcr": 0.0, "mean_r_pf": 1.0}], before, 0.2) == 0  # within tolerance
 
 
+def scripted_checks(tmp_path, script, **overrides) -> tuple[Evolution, list[dict]]:
+    """A tiny run whose rounds keep repairs, and whose check slice answers ``script``'s (own-ASR, mean r_PF)
+    in turn; the list it returns fills with the adapter at each answer."""
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
+                                      pfpo={"enabled": False}, **overrides))
+    answers, adapters = iter(script), []
+
+    def scripted_check():
+        asr, r_pf = next(answers)
+        adapters.append(evolution.model.snapshot())
+        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "own_tsr": 0.5, "own_over_refusal": 0.0}
+
+    evolution.check_metrics = scripted_check
+    return evolution, adapters
+
+
 ROUNDS_GRID = [{"own_asr": a, "own_hcr": h, "mean_r_pf": r} for a in (0.0, 0.5, float("nan")) for h in (0.0, 1.0)
                for r in (0.0, 1.0, float("nan"), float("inf"), float("-inf"))]
 
@@ -754,19 +771,8 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
 def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned):
     import pyarrow.parquet as pq
 
-    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
-    evolution = Evolution(tiny_config(tmp_path, rounds=len(script) - 1, dev_size=24, candidates=6, exploration=1.0,
-                                      kappa=kappa,
-                                      pfpo={"enabled": False}))
+    evolution, adapters = scripted_checks(tmp_path, script, rounds=len(script) - 1)  # round 0, 1, ...
     assert any(s.ground_truth.injected for s in evolution.check)
-    answers, adapters = iter(script), []  # the check figures of round 0, 1, ...; the adapter at each
-
-    def scripted_check():
-        asr, r_pf = next(answers)
-        adapters.append(evolution.model.snapshot())
-        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "own_tsr": 0.5, "own_over_refusal": 0.0}
-
-    evolution.check_metrics = scripted_check
     summary = evolution.run(tmp_path)
     rows = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
     assert len(rows) == len(script) and all(row["buffer"] for row in rows[1:])  # every round trained
@@ -791,19 +797,10 @@ def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, retur
 def test_select_check_keeps_the_adapter_of_the_best_safe_pass(tmp_path, script, kept, safe, rolled_back):
     import pyarrow.parquet as pq
 
-    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
-    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
-                                      pfpo={"enabled": False}, sft={"epochs": 3, "batch_size": 4, "select": "check"}))
+    # round 0, then one answer per SFT pass
+    evolution, adapters = scripted_checks(tmp_path, [(0.0, 0.0)] + script,
+                                          sft={"epochs": 3, "batch_size": 4, "select": "check"})
     before = evolution.model.snapshot()
-    answers = iter([(0.0, 0.0)] + script)  # round 0, then one answer per SFT pass
-    adapters = []  # the adapter when each answer was given
-
-    def scripted_check():
-        asr, r_pf = next(answers)
-        adapters.append(evolution.model.snapshot())
-        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "own_tsr": 0.5, "own_over_refusal": 0.0}
-
-    evolution.check_metrics = scripted_check
     summary = evolution.run(tmp_path)
     row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
     assert row["buffer"] > 0 and len(adapters) == 4  # judged after every pass, and not once more after SFT
