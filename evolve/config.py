@@ -98,6 +98,10 @@ class EvolveConfig(BaseModel):
         "leave_template_out", description="leave_template_out: the caution fitted on the calibration slice is "
         "raised by the most any of its templates, left out, needed over the fit of the rest (the holdout is "
         "written from templates train never uses, and a fit is tight on the wording it saw); none: the fit as it is")
+    select_on: Literal["r_pf", "reward"] = Field(
+        "r_pf", description="what every selection ranks by once safety is settled (the SFT pass kept, the caution, "
+        "early stopping, the round returned), on train slices: mean r_PF of z, or mean r_PF + reward_weight x the "
+        "reward table's total (what q* and PFPO weigh: it also sees an unnecessary cloud call, which z does not)")
     candidates: int = Field(4, ge=1, description="K repairs sampled per failure")
     temperature_min: float = Field(0.3, ge=0)
     temperature_max: float = Field(1.2, ge=0)

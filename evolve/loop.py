@@ -211,34 +211,35 @@ def unsafe_rise(before: dict[str, float], after: dict[str, float], tolerance: fl
     return "; ".join(risen)
 
 
-def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tolerance: float) -> int | None:
+def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tolerance: float,
+              score: str = "mean_r_pf") -> int | None:
     """Which of several models to keep (the SFT passes under ``sft.select: check``; the caution offsets, smallest
     first), from their figures on a train slice: of those that raise neither own-ASR nor own-HCR over ``before``
-    by more than ``tolerance`` (``unsafe_rise``), the one with the highest mean r_PF (NaN ranks lowest), the
-    earliest on a tie (it moved the model least); None when every one raised a rate."""
+    by more than ``tolerance`` (``unsafe_rise``), the one with the highest ``score`` (mean r_PF; ``select_on``;
+    NaN ranks lowest), the earliest on a tie (it moved the model least); None when every one raised a rate."""
     safe = [i for i, metrics in enumerate(passes) if not unsafe_rise(before, metrics, tolerance)]
     if not safe:
         return None
 
-    def score(i: int) -> float:
-        value = passes[i]["mean_r_pf"]
-        return -math.inf if math.isnan(value) else value
+    def value(i: int) -> float:
+        figure = passes[i][score]
+        return -math.inf if math.isnan(figure) else figure
 
-    return max(safe, key=lambda i: (score(i), -i))
+    return max(safe, key=lambda i: (value(i), -i))
 
 
-def kept_round(checks: Sequence[dict[str, float]], injected: int, harmful: int) -> int:
+def kept_round(checks: Sequence[dict[str, float]], injected: int, harmful: int, score: str = "mean_r_pf") -> int:
     """Which round's model a run returns, from the check-slice figures of the model kept after each round (round
     0, before training, first): the one that handles the fewest harmful or injected requests itself
     (own-ASR × ``injected`` + own-HCR × ``harmful``, the check slice's counts; NaN counts none), then the
-    highest mean r_PF (NaN lowest), the earliest on a tie (it moved the model least). FAR's order: fewer
-    critical failures always wins, and reward only breaks ties (an early stop on a fall of r_PF returns the
-    round before the fall, not the fall)."""
+    highest ``score`` (mean r_PF; ``select_on``; NaN lowest), the earliest on a tie (it moved the model
+    least). FAR's order: fewer critical failures always wins, and reward only breaks ties (an early stop on a
+    fall of the score returns the round before the fall, not the fall)."""
     def key(i: int) -> tuple[float, float, int]:
         figures = checks[i]
         critical = sum(0.0 if math.isnan(figures[rate]) else figures[rate] * count
                        for rate, count in (("own_asr", injected), ("own_hcr", harmful)))
-        value = figures["mean_r_pf"]
+        value = figures[score]
         return round(critical), math.inf if math.isnan(value) else -value, i
 
     return min(range(len(checks)), key=key)
@@ -363,6 +364,8 @@ def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], con
             "own_tsr": rate(group, lambda p: p[1].decision == own_right_decision(p[0])),
             "own_over_refusal": rate((p for p in group if benign(p)), lambda p: p[1].decision == "refuse"),
             "mean_r_pf": sum(reward(config, p[1].z) for p in group) / len(group) if group else float("nan"),
+            # what q* and PFPO weigh: r_PF + ν·R, which also sees an unnecessary cloud call (``select_on: reward``)
+            "mean_reward": sum(training_reward(config, p[1]) for p in group) / len(group) if group else float("nan"),
             "malformed": rate(group, lambda p: p[1].verdict is None),
             "own_separation": separation([injected(p) or harmful(p) for p in group], [scores[p[0].id] for p in group])
             if scores else float("nan"),
@@ -406,6 +409,8 @@ class Evolution:
         from verifiers.taxonomy import parse_reward_table
 
         self.config = config
+        # the figure every selection ranks by, after safety: the SFT pass, the caution, early stopping, the round
+        self.score = {"r_pf": "mean_r_pf", "reward": "mean_reward"}[config.select_on]
         self.progress = progress or (lambda message: None)
         suite = build_suite(config.suite, base_dir)
         train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
@@ -479,7 +484,7 @@ class Evolution:
             rows = [logp[i] for i in ids]
             levels = caution_levels(rows)
             chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels],
-                               figures(ids, [kept[i] for i in ids]), tolerance)
+                               figures(ids, [kept[i] for i in ids]), tolerance, self.score)
             return None if chosen is None else levels[chosen]
 
         def needed(ids: Sequence[int], floor: float) -> float:
@@ -665,7 +670,7 @@ class Evolution:
 
         def judge(number: int) -> None:
             passes.check.append(self.check_metrics())
-            passes.kept = kept_pass(passes.check, before, self.config.safety_tolerance)
+            passes.kept = kept_pass(passes.check, before, self.config.safety_tolerance, self.score)
             raised = unsafe_rise(before, passes.check[-1], self.config.safety_tolerance)
             passes.safe += not raised
             if passes.kept == len(passes.check) - 1:
@@ -712,14 +717,15 @@ class Evolution:
         kept_check = self.kept_check = self.check_metrics()
         if self.calibration:
             self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
-        best = kept_check["mean_r_pf"]
+        best = kept_check[self.score]
         kept_checks = [kept_check]  # per round, the check figures of the model kept after it (``kept_round``)
         kept_states = [(self.model.snapshot(), self.caution, self.kept_calibration)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
                            "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
                            "sft_passes_safe": None, "caution": self.caution, "pfpo_loss": None,
-                           "clip_fraction": None, "check_mean_r_pf": best,
+                           "clip_fraction": None, "check_mean_r_pf": kept_check["mean_r_pf"],
+                           "check_mean_reward": kept_check["mean_reward"],
                            "rolled_back": None,
                            **{f"decided_by_{rule}": None for rule in RULES},
                            **{f"seconds_{step}": None for step in ("lesson", "sft", "pfpo", "check", "holdout")},
@@ -762,7 +768,7 @@ class Evolution:
             elif calibrated is not None:
                 self.kept_calibration = calibrated_decisions
             kept_check = self.kept_check = check_metrics
-            check = check_metrics["mean_r_pf"]
+            check = check_metrics[self.score]
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its caution
             write_json_atomic(output / f"adapter_round{t}" / "caution.json", {
                 "caution": self.caution, "decisions": list(DECISIONS),
@@ -784,7 +790,8 @@ class Evolution:
                 "caution": self.caution,  # the offset kept (calibration_size; 0: none)
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
-                "check_mean_r_pf": check, "rolled_back": raised or None,
+                "check_mean_r_pf": check_metrics["mean_r_pf"], "check_mean_reward": check_metrics["mean_reward"],
+                "rolled_back": raised or None,
                 **{f"decided_by_{rule}": count for rule, count in lesson.decided.items()},
                 "seconds": time.perf_counter() - round_started,
                 **{f"seconds_{step}": value for step, value in timed.items()},
@@ -800,12 +807,12 @@ class Evolution:
             gain = check - best
             best = max(best, check)
             if not gain >= config.min_improvement:  # NaN (nothing measurable) stops too
-                stopped = (f"mean r_PF on the check slice (train) improved by {gain:.3f} < {config.min_improvement} "
+                stopped = (f"{self.score} on the check slice (train) improved by {gain:.3f} < {config.min_improvement} "
                            f"in round {t}")
                 break
         check_kinds = [s.ground_truth for s in self.check]
         returned = kept_round(kept_checks, sum(g.injected for g in check_kinds),
-                              sum(g.unsafe and not g.injected for g in check_kinds))
+                              sum(g.unsafe and not g.injected for g in check_kinds), self.score)
         if returned != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
             adapter, self.caution, self.kept_calibration = kept_states[returned]
             self.model.restore(adapter)

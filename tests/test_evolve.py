@@ -133,8 +133,8 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
     config = tiny_config(tmp_path, safety_tolerance=0.0, dev_size=24, candidates=6, exploration=1.0, kappa=kappa)
     evolution = Evolution(config)
     before = evolution.model.snapshot()
-    answers = iter([{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 0.0},
-                    {"own_asr": 0.5, "own_hcr": 0.0, "mean_r_pf": 1.0}])
+    answers = iter([{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 0.0, "mean_reward": 0.0},
+                    {"own_asr": 0.5, "own_hcr": 0.0, "mean_r_pf": 1.0, "mean_reward": 1.0}])
 
     def check_after_a_harmful_update():
         answer = next(answers)
@@ -716,18 +716,42 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
     assert kept_pass([{"own_asr": 0.4, "own_hcr": 0.0, "mean_r_pf": 1.0}], before, 0.2) == 0  # within tolerance
 
 
+def test_the_selection_rules_rank_by_the_score_named():
+    from evolve.loop import kept_pass, kept_round
+
+    figures = [{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 2.0, "mean_reward": 0.5},
+               {"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 1.0, "mean_reward": 1.5}]
+    before = {"own_asr": 0.0, "own_hcr": 0.0}
+    assert kept_pass(figures, before, 0.0) == 0 and kept_pass(figures, before, 0.0, "mean_reward") == 1
+    assert kept_round(figures, 1, 1) == 0 and kept_round(figures, 1, 1, "mean_reward") == 1
+
+
+def test_mean_reward_is_r_pf_plus_the_weighted_reward_table_total(tmp_path):
+    from evolve.loop import holdout_metrics, reward
+
+    evolution = Evolution(tiny_config(tmp_path, reward_weight=0.5))
+    scenarios = evolution.holdout
+    scored = evolution.task.score(scenarios, ["escalate"] * len(scenarios))
+    figures = holdout_metrics(scenarios, scored, evolution.config, by_category=False)["overall"]
+    totals = [reward(evolution.config, sc.z) + 0.5 * (sc.verdict.reward if sc.verdict else 0.0) for sc in scored]
+    assert figures["mean_reward"] == pytest.approx(sum(totals) / len(totals))
+    assert figures["mean_reward"] != pytest.approx(figures["mean_r_pf"])  # escalating costs in the table, not in z
+
+
 def scripted_checks(tmp_path, script, **overrides) -> tuple[Evolution, list[dict]]:
-    """A tiny run whose rounds keep repairs, and whose check slice answers ``script``'s (own-ASR, mean r_PF)
-    in turn; the list it returns fills with the adapter at each answer."""
+    """A tiny run whose rounds keep repairs, and whose check slice answers ``script``'s (own-ASR, mean r_PF[,
+    mean reward]) in turn (the reward: r_PF unless given); the list it returns fills with the adapter at each
+    answer."""
     kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
     evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
                                       pfpo={"enabled": False}, **overrides))
     answers, adapters = iter(script), []
 
     def scripted_check():
-        asr, r_pf = next(answers)
+        asr, r_pf, *reward = next(answers)
         adapters.append(evolution.model.snapshot())
-        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "own_tsr": 0.5, "own_over_refusal": 0.0}
+        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "mean_reward": reward[0] if reward else r_pf,
+                "own_tsr": 0.5, "own_over_refusal": 0.0}
 
     evolution.check_metrics = scripted_check
     return evolution, adapters
@@ -762,21 +786,24 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
         assert all(score(checks[i]) < score(checks[kept]) for i in peers if i < kept)
 
 
-@pytest.mark.parametrize("script, returned", [
-    ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1),  # round 2's r_PF fell: the run stops and returns round 1
-    ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2),  # every round better: the last
-    ([(0.0, 1.0), (0.0, 0.5)], 0),              # round 1 fell: the base model is returned
-    ([(0.5, 1.0), (0.5, 3.0), (0.0, 2.0)], 2),  # round 2 handles less harm: returned though its r_PF fell
+@pytest.mark.parametrize("script, returned, select_on", [
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1, "r_pf"),  # round 2's r_PF fell: the run stops, returns round 1
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2, "r_pf"),  # every round better: the last
+    ([(0.0, 1.0), (0.0, 0.5)], 0, "r_pf"),              # round 1 fell: the base model is returned
+    ([(0.5, 1.0), (0.5, 3.0), (0.0, 2.0)], 2, "r_pf"),  # round 2 handles less harm: returned though r_PF fell
+    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 0, "reward"),  # ranked by r_PF + ν·R: round 1 fell, though r_PF rose
+    ([(0.0, 1.0, 1.0), (0.0, 0.5, 2.0), (0.0, 0.4, 3.0)], 2, "reward"),  # r_PF fell, the reward rose
 ])
-def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned):
+def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned, select_on):
     import pyarrow.parquet as pq
 
-    evolution, adapters = scripted_checks(tmp_path, script, rounds=len(script) - 1)  # round 0, 1, ...
+    evolution, adapters = scripted_checks(tmp_path, script, rounds=len(script) - 1, select_on=select_on)
     assert any(s.ground_truth.injected for s in evolution.check)
     summary = evolution.run(tmp_path)
     rows = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
     assert len(rows) == len(script) and all(row["buffer"] for row in rows[1:])  # every round trained
     assert summary["kept_round"] == returned and evolution.kept_check["mean_r_pf"] == script[returned][1]
+    assert [row["check_mean_reward"] for row in rows] == [answer[-1] for answer in script]
     assert summary["kept_adapter"] == (f"adapter_round{returned}" if returned else None)
     after = evolution.model.snapshot()
     assert all(torch.equal(adapters[returned][n], after[n]) for n in after)
