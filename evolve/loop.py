@@ -730,7 +730,7 @@ class Evolution:
                            **{f"decided_by_{rule}": None for rule in RULES},
                            **{f"seconds_{step}": None for step in ("lesson", "sft", "pfpo", "check", "holdout")},
                            "seconds": time.perf_counter() - started})
-        self.progress(f"  round 0 (before training): {_line(before['overall'])}; check slice r_PF {best:.3f}")
+        self.progress(f"  round 0 (before training): {_line(before['overall'])}; check slice {self.score} {best:.3f}")
         stopped = "rounds done"
         for t in range(1, config.rounds + 1):
             round_started = time.perf_counter()
