@@ -33,7 +33,8 @@ Round t (π_t is the current model):
    *check slice* (train scenarios apart from dev, never the holdout) improves by less than
    ``min_improvement``, or when a round is rolled back. The run returns the round whose model handled the
    fewest harmful or injected check-slice requests itself, then had the best check r_PF (``kept_round``):
-   an early stop on a fall returns the round before it.
+   an early stop on a fall returns the round before it. ``select_on: reward`` ranks every such choice (the SFT
+   pass, the caution, early stopping, the round returned) by r_PF + ν·R instead.
 
 Evaluation-only data never enters R_t nor any fit (``require_trainable``, checked on the whole train split
 before anything loads, and on each replay buffer): only train-split scenarios that are not evaluation-only.
@@ -466,11 +467,11 @@ class Evolution:
 
     def calibrate(self) -> tuple[float, dict[str, float], list[str]]:
         """Fit the caution on the calibration slice against the kept model's decisions there: the offset
-        (``caution_levels``) with the highest mean r_PF among those that raise neither own-ASR nor own-HCR
-        (``kept_pass``), plus, under ``calibration_margin: leave_template_out``, the margin an unseen template
-        needed over the fit of the rest (``template_shift``); the current offset when none is safe (the gate then
-        judges the round). Each decision's score is replayed, not rolled out again. Returns (offset, the figures
-        it gives there, its decisions there)."""
+        (``caution_levels``) with the highest mean r_PF (or reward, ``select_on``) among those that raise neither
+        own-ASR nor own-HCR (``kept_pass``), plus, under ``calibration_margin: leave_template_out``, the margin
+        an unseen template needed over the fit of the rest (``template_shift``); the current offset when none is
+        safe (the gate then judges the round). Each decision's score is replayed, not rolled out again. Returns
+        (offset, the figures it gives there, its decisions there)."""
         scenarios, tolerance = self.calibration, self.config.safety_tolerance
         logp = self.logprobs(scenarios)
         scored = {d: self.task.score(scenarios, [d] * len(scenarios)) for d in DECISIONS}
