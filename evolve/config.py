@@ -85,10 +85,11 @@ class EvolveConfig(BaseModel):
     rounds: int = Field(3, ge=1)
     dev_size: int = Field(32, ge=1, description="train scenarios rolled out per round (the dev split)")
     holdout_size: int = Field(64, ge=1)
-    check_size: int = Field(64, ge=1, description="train scenarios, apart from dev, that early stopping is "
-                            "judged on (never the holdout: it is evaluated for reporting only)")
-    calibration_size: int = Field(0, ge=0, description="train scenarios, apart from dev and check and written "
-                                  "from none of dev's templates, on which each "
+    check_size: int = Field(64, ge=1, description="train scenarios, whole templates of none of dev's, that the "
+                            "safety gate, early stopping and the round returned are judged on (never the holdout: "
+                            "it is evaluated for reporting only)")
+    calibration_size: int = Field(0, ge=0, description="train scenarios, written from none of dev's "
+                                  "nor check's templates, on which each "
                                   "round fits the model's caution: an offset added to the log-probabilities of "
                                   "escalate and refuse against handle in every greedy decision, chosen so the "
                                   "model's own ASR and HCR there do not rise over the kept model's (0: off; SFT "
@@ -99,9 +100,13 @@ class EvolveConfig(BaseModel):
         "raised by the most any of its templates, left out, needed over the fit of the rest (the holdout is "
         "written from templates train never uses, and a fit is tight on the wording it saw); none: the fit as it is")
     select_on: Literal["r_pf", "reward"] = Field(
-        "r_pf", description="what every selection ranks by once safety is settled (the SFT pass kept, the caution, "
-        "early stopping, the round returned), on train slices: mean r_PF of z, or mean r_PF + reward_weight x the "
-        "reward table's total (what q* and PFPO weigh: it also sees an unnecessary cloud call, which z does not)")
+        "r_pf", description="what the fits of a round rank by once safety is settled (the SFT pass kept, the "
+        "caution), on train slices: mean r_PF of z, or mean r_PF + reward_weight x the reward table's total (what "
+        "q* and PFPO weigh: it also sees an unnecessary cloud call, which z does not)")
+    rounds_on: Literal["r_pf", "reward"] | None = Field(
+        None, description="what early stopping and the round returned rank by once safety is settled, on the "
+        "check slice (r_pf or reward, as select_on; none: select_on's). reward sees a round that escalates benign "
+        "calls it used to handle; r_PF does not")
     candidates: int = Field(4, ge=1, description="K repairs sampled per failure")
     temperature_min: float = Field(0.3, ge=0)
     temperature_max: float = Field(1.2, ge=0)

@@ -19,8 +19,8 @@ Round t (π_t is the current model):
    answers x), beside rehearsed correct decisions, then 5. PFPO on the same prompts: G samples each,
    A_i = r_i − mean_j r_j, clipped ratio loss with a KL penalty to the base model.
    With ``sft.select: check`` the pass kept is the best of the passes judged on the check slice.
-   With ``calibration_size`` > 0, the model's caution is then refitted on its own train slice (apart from dev
-   and check, from none of dev's templates): an offset on log π(escalate) and log π(refuse) against
+   With ``calibration_size`` > 0, the model's caution is then refitted on its own train slice (from none of
+   dev's nor check's templates): an offset on log π(escalate) and log π(refuse) against
    log π(handle) in every greedy decision, the one with the best mean r_PF among those that do not raise
    own-ASR or own-HCR there (``calibrate``): SFT can teach the model to rank harmful requests above benign
    ones and leave its threshold wrong;
@@ -30,7 +30,7 @@ Round t (π_t is the current model):
    TSR, over-refusal, mean r_PF) and the model's own decisions before any review, confirmation or user
    (own-ASR: handles an injected call; own-HCR: handles a harmful one; own-TSR: ``own_right_decision``;
    own over-refusal: refuses a benign one), overall and per category; stop early when mean r_PF on the
-   *check slice* (train scenarios apart from dev, never the holdout) improves by less than
+   *check slice* (whole train templates apart from dev's, never the holdout) improves by less than
    ``min_improvement``, or when a round is rolled back. The run returns the round whose model handled the
    fewest harmful or injected check-slice requests itself, then had the best check r_PF (``kept_round``):
    an early stop on a fall returns the round before it. ``select_on: reward`` ranks every such choice (the SFT
@@ -378,26 +378,43 @@ def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], con
     return {"overall": metrics(pairs), "by_category": {c: metrics(g) for c, g in sorted(categories.items())}}
 
 
+def whole_templates(pool: Sequence[Scenario], size: int, rng: random.Random) -> list[Scenario]:
+    """Up to ``size`` scenarios of ``pool`` drawn a template (``group_key``) at a time: the templates in a seeded
+    random order, each taken whole until ``size`` is reached (the last one cut short). A slice drawn so shares no
+    wording with whatever is drawn from the other templates, as the holdout shares none with train."""
+    groups: dict[str, list[Scenario]] = {}
+    for scenario in pool:
+        groups.setdefault(scenario.group_key, []).append(scenario)
+    order = sorted(groups)
+    rng.shuffle(order)
+    drawn: list[Scenario] = []
+    for key in order:
+        if len(drawn) >= size:
+            break
+        drawn.extend(groups[key][:size - len(drawn)])
+    return drawn
+
+
 def slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Scenario]
            ) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
-    """The run's (dev, check, holdout) draws, seeded: dev from train; the check slice from the rest of train
-    (early stopping and the safety gate are judged there, never on the holdout); the holdout sample."""
+    """The run's (dev, check, holdout) draws, seeded: dev from train; the check slice from the rest of train,
+    whole templates of none of dev's (early stopping, the safety gate and the round returned are judged there,
+    never on the holdout: on wording the lesson never taught, as the holdout's); the holdout sample."""
     rng = random.Random(config.seed)
     dev = rng.sample(list(train), min(config.dev_size, len(train)))
-    chosen = {s.id for s in dev}
-    rest = [s for s in train if s.id not in chosen]
-    check = rng.sample(rest, min(config.check_size, len(rest)))
+    taught = {s.group_key for s in dev}
+    check = whole_templates([s for s in train if s.group_key not in taught], config.check_size, rng)
     return dev, check, rng.sample(list(holdout), min(config.holdout_size, len(holdout)))
 
 
 def calibration_slice(config: EvolveConfig, train: Sequence[Scenario], dev: Sequence[Scenario],
                       check: Sequence[Scenario]) -> list[Scenario]:
-    """``calibration_size`` train scenarios, seeded, where the caution offset is fitted: apart from dev and check
-    (the check slice stays an independent judge of the round), and written from none of dev's templates
-    (``group_key``): SFT learns dev's phrasings, and a threshold fitted where the model has seen the wording
-    is too bold on the holdout's unseen templates."""
-    taken, taught = {s.id for s in [*dev, *check]}, {s.group_key for s in dev}
-    rest = [s for s in train if s.id not in taken and s.group_key not in taught]
+    """``calibration_size`` train scenarios, seeded, where the caution offset is fitted: written from none of
+    dev's templates (``group_key``: SFT learns dev's phrasings, and a threshold fitted where the model has seen
+    the wording is too bold on the holdout's unseen templates) nor of check's (the check slice stays an
+    independent judge of the round: a caution fitted on its templates would look safer there than it is)."""
+    taken = {s.group_key for s in [*dev, *check]}
+    rest = [s for s in train if s.group_key not in taken]
     return random.Random(f"calibration-{config.seed}").sample(rest, min(config.calibration_size, len(rest)))
 
 
@@ -410,8 +427,9 @@ class Evolution:
         from verifiers.taxonomy import parse_reward_table
 
         self.config = config
-        # the figure every selection ranks by, after safety: the SFT pass, the caution, early stopping, the round
-        self.score = {"r_pf": "mean_r_pf", "reward": "mean_reward"}[config.select_on]
+        scores = {"r_pf": "mean_r_pf", "reward": "mean_reward"}
+        self.score = scores[config.select_on]  # the SFT pass and the caution: the fits of a round
+        self.round_score = scores[config.rounds_on or config.select_on]  # early stopping, the round returned
         self.progress = progress or (lambda message: None)
         suite = build_suite(config.suite, base_dir)
         train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
@@ -427,7 +445,7 @@ class Evolution:
         self.calibration = calibration_slice(config, train, self.dev, self.check)
         if config.calibration_size and len(self.calibration) < config.calibration_size:
             self.progress(f"  warning: the calibration slice holds {len(self.calibration)} of calibration_size "
-                          f"{config.calibration_size} scenarios: train has no more apart from dev, check and dev's "
+                          f"{config.calibration_size} scenarios: train has no more apart from dev's and check's "
                           "templates" + (" (no caution is fitted)" if not self.calibration else ""))
         self.caution = 0.0  # added to log π(escalate), log π(refuse) in every greedy decision (``calibration_size``)
         self.kept_calibration: list[str] | None = None  # the kept model's decisions on the calibration slice
@@ -718,7 +736,7 @@ class Evolution:
         kept_check = self.kept_check = self.check_metrics()
         if self.calibration:
             self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
-        best = kept_check[self.score]
+        best = kept_check[self.round_score]
         kept_checks = [kept_check]  # per round, the check figures of the model kept after it (``kept_round``)
         kept_states = [(self.model.snapshot(), self.caution, self.kept_calibration)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
@@ -731,7 +749,8 @@ class Evolution:
                            **{f"decided_by_{rule}": None for rule in RULES},
                            **{f"seconds_{step}": None for step in ("lesson", "sft", "pfpo", "check", "holdout")},
                            "seconds": time.perf_counter() - started})
-        self.progress(f"  round 0 (before training): {_line(before['overall'])}; check slice {self.score} {best:.3f}")
+        self.progress(f"  round 0 (before training): {_line(before['overall'])}; "
+                      f"check slice {self.round_score} {best:.3f}")
         stopped = "rounds done"
         for t in range(1, config.rounds + 1):
             round_started = time.perf_counter()
@@ -769,7 +788,7 @@ class Evolution:
             elif calibrated is not None:
                 self.kept_calibration = calibrated_decisions
             kept_check = self.kept_check = check_metrics
-            check = check_metrics[self.score]
+            check = check_metrics[self.round_score]
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its caution
             write_json_atomic(output / f"adapter_round{t}" / "caution.json", {
                 "caution": self.caution, "decisions": list(DECISIONS),
@@ -808,12 +827,12 @@ class Evolution:
             gain = check - best
             best = max(best, check)
             if not gain >= config.min_improvement:  # NaN (nothing measurable) stops too
-                stopped = (f"{self.score} on the check slice (train) improved by {gain:.3f} < {config.min_improvement} "
-                           f"in round {t}")
+                stopped = (f"{self.round_score} on the check slice (train) improved by {gain:.3f} "
+                           f"< {config.min_improvement} in round {t}")
                 break
         check_kinds = [s.ground_truth for s in self.check]
         returned = kept_round(kept_checks, sum(g.injected for g in check_kinds),
-                              sum(g.unsafe and not g.injected for g in check_kinds), self.score)
+                              sum(g.unsafe and not g.injected for g in check_kinds), self.round_score)
         if returned != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
             adapter, self.caution, self.kept_calibration = kept_states[returned]
             self.model.restore(adapter)

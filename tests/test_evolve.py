@@ -23,6 +23,7 @@ from rollout.errors import FarInputError  # noqa: E402
 from rollout.eval_only import EvalOnlyRegistry  # noqa: E402
 from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
 from rollout.policy import Policy  # noqa: E402
+from rollout.scenario import Scenario, ToolAction  # noqa: E402
 from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 from verifiers.rules import RuleVerifier  # noqa: E402
 
@@ -170,6 +171,35 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
 def test_a_train_split_with_no_room_for_the_check_slice_is_refused(tmp_path):
     with pytest.raises(FarInputError, match="check slice"):
         Evolution(tiny_config(tmp_path, dev_size=10_000))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from("abcdefg"), max_size=30), st.integers(0, 35), st.integers(0, 9))
+def test_a_slice_drawn_by_template_takes_whole_templates_up_to_its_size(groups, size, seed):
+    """Every template drawn is taken whole, but the last one when the size cuts it; the size is reached when
+    the pool allows; the draw is a function of the seed."""
+    from evolve.loop import whole_templates
+
+    pool = [Scenario(id=f"s{i}", suite="t", category="c", kind="benign", task_mode="executable", split="train",
+                     request="r", proposed_action=ToolAction(tool="t"), group=g) for i, g in enumerate(groups)]
+    drawn = whole_templates(pool, size, random.Random(seed))
+    assert len(drawn) == min(size, len(pool)) and len({s.id for s in drawn}) == len(drawn)
+    taken = list(dict.fromkeys(s.group for s in drawn))
+    for g in taken[:-1]:  # whole, but the last
+        assert sum(s.group == g for s in drawn) == groups.count(g)
+    assert drawn == whole_templates(pool, size, random.Random(seed))
+
+
+def test_dev_check_and_calibration_share_no_template(tmp_path):
+    """The check slice (the gate's, early stopping's and the returned round's judge) and the calibration slice are
+    written from templates of their own, as the holdout is: a lesson learns dev's wording, and a caution fitted on
+    the check slice's templates would look safer there than on unseen ones."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, check_size=30))
+    dev, check, calibration = ({s.group_key for s in part} for part in
+                               (evolution.dev, evolution.check, evolution.calibration))
+    assert len(evolution.check) == 30 and len(evolution.calibration) == 40
+    assert not dev & check and not dev & calibration and not check & calibration
+    assert all(s.split == "train" for s in [*evolution.check, *evolution.calibration])
 
 
 def test_temperature_schedule_spans_the_range():
@@ -786,18 +816,22 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
         assert all(score(checks[i]) < score(checks[kept]) for i in peers if i < kept)
 
 
-@pytest.mark.parametrize("script, returned, select_on", [
-    ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1, "r_pf"),  # round 2's r_PF fell: the run stops, returns round 1
-    ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2, "r_pf"),  # every round better: the last
-    ([(0.0, 1.0), (0.0, 0.5)], 0, "r_pf"),              # round 1 fell: the base model is returned
-    ([(0.5, 1.0), (0.5, 3.0), (0.0, 2.0)], 2, "r_pf"),  # round 2 handles less harm: returned though r_PF fell
-    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 0, "reward"),  # ranked by r_PF + ν·R: round 1 fell, though r_PF rose
-    ([(0.0, 1.0, 1.0), (0.0, 0.5, 2.0), (0.0, 0.4, 3.0)], 2, "reward"),  # r_PF fell, the reward rose
+@pytest.mark.parametrize("script, returned, ranked", [
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1, {}),  # round 2's r_PF fell: the run stops, returns round 1
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2, {}),  # every round better: the last
+    ([(0.0, 1.0), (0.0, 0.5)], 0, {}),              # round 1 fell: the base model is returned
+    ([(0.5, 1.0), (0.5, 3.0), (0.0, 2.0)], 2, {}),  # round 2 handles less harm: returned though r_PF fell
+    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 0, {"select_on": "reward"}),  # by r_PF + ν·R: round 1 fell, r_PF rose
+    ([(0.0, 1.0, 1.0), (0.0, 0.5, 2.0), (0.0, 0.4, 3.0)], 2, {"select_on": "reward"}),  # r_PF fell, reward rose
+    # rounds ranked by the reward, the round's fits by r_PF
+    ([(0.0, 1.0, 1.0), (0.0, 0.5, 2.0), (0.0, 0.4, 3.0)], 2, {"rounds_on": "reward"}),
+    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 0, {"rounds_on": "reward"}),
+    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 1, {"select_on": "reward", "rounds_on": "r_pf"}),
 ])
-def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned, select_on):
+def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned, ranked):
     import pyarrow.parquet as pq
 
-    evolution, adapters = scripted_checks(tmp_path, script, rounds=len(script) - 1, select_on=select_on)
+    evolution, adapters = scripted_checks(tmp_path, script, rounds=len(script) - 1, **ranked)
     assert any(s.ground_truth.injected for s in evolution.check)
     summary = evolution.run(tmp_path)
     rows = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
