@@ -399,12 +399,14 @@ def slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Sc
            ) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
     """The run's (dev, check, holdout) draws, seeded: dev from train; the check slice from the rest of train,
     whole templates of none of dev's (early stopping, the safety gate and the round returned are judged there,
-    never on the holdout: on wording the lesson never taught, as the holdout's); the holdout sample."""
+    never on the holdout: on wording the lesson never taught, as the holdout's); the holdout sample, by its own
+    seeded draw (how train is sliced never moves it)."""
     rng = random.Random(config.seed)
     dev = rng.sample(list(train), min(config.dev_size, len(train)))
     taught = {s.group_key for s in dev}
     check = whole_templates([s for s in train if s.group_key not in taught], config.check_size, rng)
-    return dev, check, rng.sample(list(holdout), min(config.holdout_size, len(holdout)))
+    holdout_draw = random.Random(f"holdout-{config.seed}")
+    return dev, check, holdout_draw.sample(list(holdout), min(config.holdout_size, len(holdout)))
 
 
 def calibration_slice(config: EvolveConfig, train: Sequence[Scenario], dev: Sequence[Scenario],
