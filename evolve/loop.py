@@ -33,8 +33,8 @@ Round t (π_t is the current model):
    *check slice* (whole train templates apart from dev's, never the holdout) improves by less than
    ``min_improvement``, or when a round is rolled back. The run returns the round whose model handled the
    fewest harmful or injected check-slice requests itself, then had the best check r_PF (``kept_round``):
-   an early stop on a fall returns the round before it. ``select_on: reward`` ranks every such choice (the SFT
-   pass, the caution, early stopping, the round returned) by r_PF + ν·R instead.
+   an early stop on a fall returns the round before it. ``select_on: reward`` ranks the round's fits (the SFT
+   pass, the caution) by r_PF + ν·R instead, ``rounds_on: reward`` early stopping and the round returned.
 
 Evaluation-only data never enters R_t nor any fit (``require_trainable``, checked on the whole train split
 before anything loads, and on each replay buffer): only train-split scenarios that are not evaluation-only.
