@@ -156,6 +156,8 @@ def auto_kappa(config: EvolveConfig, failures: Sequence[Failure], groups: Sequen
 
 
 RULES = ("repair", "kappa", "pareto", "r_pf", "none")
+# a rolled-back round's own figures on the holdout, before the rollback (reported only; None when kept)
+DISCARDED = ("discarded_own_asr", "discarded_own_hcr", "discarded_own_tsr", "discarded_own_over_refusal")
 
 
 def supervise(config: EvolveConfig, failure: Failure, candidates: Sequence[Candidate], kappa: KappaConfig,
@@ -747,7 +749,7 @@ class Evolution:
                            "sft_passes_safe": None, "caution": self.caution, "pfpo_loss": None,
                            "clip_fraction": None, "check_mean_r_pf": kept_check["mean_r_pf"],
                            "check_mean_reward": kept_check["mean_reward"],
-                           "rolled_back": None,
+                           "rolled_back": None, **{key: None for key in DISCARDED},
                            **{f"decided_by_{rule}": None for rule in RULES},
                            **{f"seconds_{step}": None for step in ("lesson", "sft", "pfpo", "check", "holdout")},
                            "seconds": time.perf_counter() - started})
@@ -782,7 +784,14 @@ class Evolution:
             judged = passes.check and not (buffer and config.pfpo.enabled) and self.caution == caution
             check_metrics = passes.check[-1 if passes.kept is None else passes.kept] if judged else self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
+            discarded, discard_seconds = {key: None for key in DISCARDED}, 0.0
             if raised:  # the round made the model itself less safe: undo it, and say so
+                # what the gate kept from shipping, on the holdout (reported only: whether the check slice's
+                # alarm was the holdout's too); its time counts as the holdout's
+                discard_started = time.perf_counter()
+                overall = self.evaluate()["overall"]
+                discarded = {key: overall[key.removeprefix("discarded_")] for key in DISCARDED}
+                discard_seconds = time.perf_counter() - discard_started
                 self.model.restore(snapshot)
                 self.caution = caution
                 self.progress(f"  round {t}: rolled back ({raised})")
@@ -795,7 +804,7 @@ class Evolution:
             write_json_atomic(output / f"adapter_round{t}" / "caution.json", {
                 "caution": self.caution, "decisions": list(DECISIONS),
                 "rule": "handle iff log p(handle) >= max(log p(escalate), log p(refuse)) + caution"})
-            timed["check"] = time.perf_counter() - round_started - sum(timed.values())
+            timed["check"] = time.perf_counter() - round_started - sum(timed.values()) - discard_seconds
             after = self.evaluate()
             timed["holdout"] = time.perf_counter() - round_started - sum(timed.values())
             record(t, after, {
@@ -813,7 +822,7 @@ class Evolution:
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 "check_mean_r_pf": check_metrics["mean_r_pf"], "check_mean_reward": check_metrics["mean_reward"],
-                "rolled_back": raised or None,
+                "rolled_back": raised or None, **discarded,
                 **{f"decided_by_{rule}": count for rule, count in lesson.decided.items()},
                 "seconds": time.perf_counter() - round_started,
                 **{f"seconds_{step}": value for step, value in timed.items()},

@@ -3,6 +3,7 @@ complete round on a tiny randomly initialised model with SmolLM2's tokenizer (th
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -158,11 +159,26 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
         return share(fit)
 
     loop.Fit.share = spy
+    evaluated = []  # at each holdout evaluation: did the adapter hold the round's (harmful) update?
+    evaluate = evolution.evaluate
+
+    def evaluate_spy():
+        current = evolution.model.snapshot()
+        evaluated.append(any(not torch.equal(before[n], current[n]) for n in before))
+        return evaluate()
+
+    evolution.evaluate = evaluate_spy
     try:
         summary = evolution.run(tmp_path)
     finally:
         loop.Fit.share = share
     assert summary["rounds"][-1]["rolled_back"].startswith("own_asr 0.000 -> 0.500")
+    # round 0, the discarded model (reported: what the gate kept from shipping), the model kept after the round
+    assert evaluated == [False, True, False]
+    assert all(summary["rounds"][0][key] is None for key in loop.DISCARDED)
+    figures = [summary["rounds"][-1][key] for key in loop.DISCARDED]  # NaN: the holdout holds no such request
+    assert all(isinstance(x, float) and (math.isnan(x) or 0.0 <= x <= 1.0) for x in figures)
+    assert not math.isnan(figures[2])  # own-TSR: every holdout request counts
     after = evolution.model.snapshot()
     assert all(torch.equal(before[n], after[n]) for n in before)  # the round's update is undone
     assert summary["rounds"][-1]["buffer"] and measured and measured[-1]  # sft_fit: what SFT left, not the rollback
@@ -723,7 +739,6 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
     None iff every pass raised a rate; else a safe pass that no safe pass beats, and no earlier safe pass
     ties (NaN ranks below -inf's peers: lowest)."""
     import itertools
-    import math
 
     from evolve.loop import kept_pass
 
@@ -797,7 +812,6 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
     r_PF in {0, 1, NaN, ±inf}): no round handles fewer harmful or injected requests than the one returned; none
     of those ties beats its r_PF (NaN lowest), and no earlier one ties it."""
     import itertools
-    import math
 
     from evolve.loop import kept_round
 
