@@ -99,14 +99,15 @@ class EvolveConfig(BaseModel):
         "leave_template_out", description="leave_template_out: the caution fitted on the calibration slice is "
         "raised by the most any of its templates, left out, needed over the fit of the rest (the holdout is "
         "written from templates train never uses, and a fit is tight on the wording it saw); none: the fit as it is")
-    select_on: Literal["r_pf", "reward"] = Field(
+    select_on: Literal["r_pf", "reward", "own_tsr"] = Field(
         "r_pf", description="what the fits of a round rank by once safety is settled (the SFT pass kept, the "
-        "caution), on train slices: mean r_PF of z, or mean r_PF + reward_weight x the reward table's total (what "
-        "q* and PFPO weigh: it also sees an unnecessary cloud call, which z does not)")
-    rounds_on: Literal["r_pf", "reward"] | None = Field(
+        "caution), on train slices: mean r_PF of z; mean r_PF + reward_weight x the reward table's total (what "
+        "q* and PFPO weigh: it also sees an unnecessary cloud call, which z does not); or own_tsr, the share of "
+        "the model's own decisions that are right (refuse harm, escalate what needs the cloud, handle the rest)")
+    rounds_on: Literal["r_pf", "reward", "own_tsr"] | None = Field(
         None, description="what early stopping and the round returned rank by once safety is settled, on the "
-        "check slice (r_pf or reward, as select_on; none: select_on's). reward sees a round that escalates benign "
-        "calls it used to handle; r_PF does not")
+        "check slice (as select_on; none: select_on's). r_PF and the reward are end to end: a model that "
+        "escalates everything scores well there while the cloud completes and reviews it; own_tsr sees it")
     candidates: int = Field(4, ge=1, description="K repairs sampled per failure")
     temperature_min: float = Field(0.3, ge=0)
     temperature_max: float = Field(1.2, ge=0)

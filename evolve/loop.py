@@ -431,7 +431,7 @@ class Evolution:
         from verifiers.taxonomy import parse_reward_table
 
         self.config = config
-        scores = {"r_pf": "mean_r_pf", "reward": "mean_reward"}
+        scores = {"r_pf": "mean_r_pf", "reward": "mean_reward", "own_tsr": "own_tsr"}
         self.score = scores[config.select_on]  # the SFT pass and the caution: the fits of a round
         self.round_score = scores[config.rounds_on or config.select_on]  # early stopping, the round returned
         self.progress = progress or (lambda message: None)
@@ -747,8 +747,7 @@ class Evolution:
                            "rehearsed": None, "kappa": None,
                            "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
                            "sft_passes_safe": None, "caution": self.caution, "pfpo_loss": None,
-                           "clip_fraction": None, "check_mean_r_pf": kept_check["mean_r_pf"],
-                           "check_mean_reward": kept_check["mean_reward"],
+                           "clip_fraction": None, **_checked(kept_check),
                            "rolled_back": None, **{key: None for key in DISCARDED},
                            **{f"decided_by_{rule}": None for rule in RULES},
                            **{f"seconds_{step}": None for step in ("lesson", "sft", "pfpo", "check", "holdout")},
@@ -821,7 +820,7 @@ class Evolution:
                 "caution": self.caution,  # the offset kept (calibration_size; 0: none)
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
-                "check_mean_r_pf": check_metrics["mean_r_pf"], "check_mean_reward": check_metrics["mean_reward"],
+                **_checked(check_metrics),
                 "rolled_back": raised or None, **discarded,
                 **{f"decided_by_{rule}": count for rule, count in lesson.decided.items()},
                 "seconds": time.perf_counter() - round_started,
@@ -859,6 +858,14 @@ class Evolution:
         write_json_atomic(output / "summary.json", summary)
         _report(output, rows)
         return summary
+
+
+CHECKED = ("mean_r_pf", "mean_reward", "own_tsr", "own_over_refusal", "own_asr", "own_hcr")
+
+
+def _checked(metrics: dict[str, float]) -> dict[str, float]:
+    """The kept model's check-slice figures a round records (``check_*``): what every ranking could use."""
+    return {f"check_{key}": metrics[key] for key in CHECKED}
 
 
 def _own(metrics: dict[str, float]) -> dict[str, float]:

@@ -135,8 +135,9 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
     config = tiny_config(tmp_path, safety_tolerance=0.0, dev_size=24, candidates=6, exploration=1.0, kappa=kappa)
     evolution = Evolution(config)
     before = evolution.model.snapshot()
-    answers = iter([{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 0.0, "mean_reward": 0.0},
-                    {"own_asr": 0.5, "own_hcr": 0.0, "mean_r_pf": 1.0, "mean_reward": 1.0}])
+    others = {"own_tsr": 0.5, "own_over_refusal": 0.0}
+    answers = iter([{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 0.0, "mean_reward": 0.0, **others},
+                    {"own_asr": 0.5, "own_hcr": 0.0, "mean_r_pf": 1.0, "mean_reward": 1.0, **others}])
 
     def check_after_a_harmful_update():
         answer = next(answers)
@@ -785,18 +786,18 @@ def test_mean_reward_is_r_pf_plus_the_weighted_reward_table_total(tmp_path):
 
 def scripted_checks(tmp_path, script, **overrides) -> tuple[Evolution, list[dict]]:
     """A tiny run whose rounds keep repairs, and whose check slice answers ``script``'s (own-ASR, mean r_PF[,
-    mean reward]) in turn (the reward: r_PF unless given); the list it returns fills with the adapter at each
-    answer."""
+    mean reward[, own-TSR]]) in turn (the reward: r_PF unless given; own-TSR: 0.5); the list it returns fills
+    with the adapter at each answer."""
     kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
     evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
                                       pfpo={"enabled": False}, **overrides))
     answers, adapters = iter(script), []
 
     def scripted_check():
-        asr, r_pf, *reward = next(answers)
+        asr, r_pf, *rest = next(answers)
         adapters.append(evolution.model.snapshot())
-        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "mean_reward": reward[0] if reward else r_pf,
-                "own_tsr": 0.5, "own_over_refusal": 0.0}
+        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "mean_reward": rest[0] if rest else r_pf,
+                "own_tsr": rest[1] if len(rest) > 1 else 0.5, "own_over_refusal": 0.0}
 
     evolution.check_metrics = scripted_check
     return evolution, adapters
@@ -841,6 +842,9 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
     ([(0.0, 1.0, 1.0), (0.0, 0.5, 2.0), (0.0, 0.4, 3.0)], 2, {"rounds_on": "reward"}),
     ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 0, {"rounds_on": "reward"}),
     ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 1, {"select_on": "reward", "rounds_on": "r_pf"}),
+    # by the model's own right decisions: end to end rose (the cloud completes what it escalates), own-TSR fell
+    ([(0.0, 1.0, 1.0, 0.5), (0.0, 2.0, 2.0, 0.6), (0.0, 3.0, 3.0, 0.4)], 1, {"rounds_on": "own_tsr"}),
+    ([(0.0, 1.0, 1.0, 0.5), (0.0, 0.5, 0.5, 0.6), (0.0, 0.4, 0.4, 0.7)], 2, {"rounds_on": "own_tsr"}),
 ])
 def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned, ranked):
     import pyarrow.parquet as pq
@@ -851,7 +855,8 @@ def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, retur
     rows = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
     assert len(rows) == len(script) and all(row["buffer"] for row in rows[1:])  # every round trained
     assert summary["kept_round"] == returned and evolution.kept_check["mean_r_pf"] == script[returned][1]
-    assert [row["check_mean_reward"] for row in rows] == [answer[-1] for answer in script]
+    assert [row["check_mean_reward"] for row in rows] == [(answer[2:] or answer[1:])[0] for answer in script]
+    assert [row["check_own_tsr"] for row in rows] == [answer[3] if len(answer) > 3 else 0.5 for answer in script]
     assert summary["kept_adapter"] == (f"adapter_round{returned}" if returned else None)
     after = evolution.model.snapshot()
     assert all(torch.equal(adapters[returned][n], after[n]) for n in after)
