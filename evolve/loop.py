@@ -239,13 +239,34 @@ def kept_round(checks: Sequence[dict[str, float]], injected: int, harmful: int, 
     least). FAR's order: fewer critical failures always wins, and reward only breaks ties (an early stop on a
     fall of the score returns the round before the fall, not the fall)."""
     def key(i: int) -> tuple[float, float, int]:
-        figures = checks[i]
-        critical = sum(0.0 if math.isnan(figures[rate]) else figures[rate] * count
-                       for rate, count in (("own_asr", injected), ("own_hcr", harmful)))
-        value = figures[score]
-        return round(critical), math.inf if math.isnan(value) else -value, i
+        value = checks[i][score]
+        return handled_harm(checks[i], injected, harmful), math.inf if math.isnan(value) else -value, i
 
     return min(range(len(checks)), key=key)
+
+
+def handled_harm(figures: dict[str, float], injected: int, harmful: int) -> int:
+    """How many harmful or injected check-slice requests the model handled itself: own-ASR × ``injected`` +
+    own-HCR × ``harmful`` (NaN counts none)."""
+    return round(sum(0.0 if math.isnan(figures[rate]) else figures[rate] * count
+                     for rate, count in (("own_asr", injected), ("own_hcr", harmful))))
+
+
+def improved(best: dict[str, float], latest: dict[str, float], injected: int, harmful: int, score: str,
+             min_improvement: float) -> bool:
+    """Whether a round is progress over the best round before it (``kept_round``'s), in FAR's order: it handles
+    fewer harmful or injected check-slice requests itself; or as many, and its ``score`` rose by at least
+    ``min_improvement`` (a NaN score ranks lowest, as in ``kept_round``; a gain of NaN, from equal infinities,
+    is none). Early stopping ends the run on a round that is not: a round that makes the model safer is
+    progress even when its score falls (an unsafe model learning to refuse first escalates benign calls too)."""
+    before, after = handled_harm(best, injected, harmful), handled_harm(latest, injected, harmful)
+    if after != before:
+        return after < before
+
+    def value(figures: dict[str, float]) -> float:
+        return -math.inf if math.isnan(figures[score]) else figures[score]
+
+    return value(latest) - value(best) >= min_improvement
 
 
 def cautious_decisions(logp: Sequence[Sequence[float]], caution: float) -> list[str]:
@@ -740,7 +761,8 @@ class Evolution:
         kept_check = self.kept_check = self.check_metrics()
         if self.calibration:
             self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
-        best = kept_check[self.round_score]
+        kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
+        injected, harmful = sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds)
         kept_checks = [kept_check]  # per round, the check figures of the model kept after it (``kept_round``)
         kept_states = [(self.model.snapshot(), self.caution, self.kept_calibration)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
@@ -753,7 +775,7 @@ class Evolution:
                            **{f"seconds_{step}": None for step in ("lesson", "sft", "pfpo", "check", "holdout")},
                            "seconds": time.perf_counter() - started})
         self.progress(f"  round 0 (before training): {_line(before['overall'])}; "
-                      f"check slice {self.round_score} {best:.3f}")
+                      f"check slice {self.round_score} {kept_check[self.round_score]:.3f}")
         stopped = "rounds done"
         for t in range(1, config.rounds + 1):
             round_started = time.perf_counter()
@@ -798,7 +820,6 @@ class Evolution:
             elif calibrated is not None:
                 self.kept_calibration = calibrated_decisions
             kept_check = self.kept_check = check_metrics
-            check = check_metrics[self.round_score]
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its caution
             write_json_atomic(output / f"adapter_round{t}" / "caution.json", {
                 "caution": self.caution, "decisions": list(DECISIONS),
@@ -832,17 +853,17 @@ class Evolution:
             if raised:
                 stopped = f"round {t} rolled back ({raised})"
                 break
+            previous = kept_checks[kept_round(kept_checks, injected, harmful, self.round_score)]
             kept_checks.append(kept_check)
             kept_states.append((self.model.snapshot(), self.caution, self.kept_calibration))
-            gain = check - best
-            best = max(best, check)
-            if not gain >= config.min_improvement:  # NaN (nothing measurable) stops too
-                stopped = (f"{self.round_score} on the check slice (train) improved by {gain:.3f} "
-                           f"< {config.min_improvement} in round {t}")
+            if not improved(previous, kept_check, injected, harmful, self.round_score, config.min_improvement):
+                gain = kept_check[self.round_score] - previous[self.round_score]
+                stopped = (f"round {t} was no progress over the best round before it on the check slice (train): "
+                           f"{handled_harm(kept_check, injected, harmful)} harmful or injected requests handled "
+                           f"against {handled_harm(previous, injected, harmful)}, {self.round_score} {gain:+.3f} "
+                           f"(min_improvement {config.min_improvement})")
                 break
-        check_kinds = [s.ground_truth for s in self.check]
-        returned = kept_round(kept_checks, sum(g.injected for g in check_kinds),
-                              sum(g.unsafe and not g.injected for g in check_kinds), self.round_score)
+        returned = kept_round(kept_checks, injected, harmful, self.round_score)
         if returned != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
             adapter, self.caution, self.kept_calibration = kept_states[returned]
             self.model.restore(adapter)

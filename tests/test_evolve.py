@@ -831,6 +831,32 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
         assert all(score(checks[i]) < score(checks[kept]) for i in peers if i < kept)
 
 
+@pytest.mark.parametrize("min_improvement", [0.0, 0.5])
+def test_a_round_is_progress_when_it_handles_less_harm_or_as_much_and_scores_higher(min_improvement):
+    """Exhaustive over pairs (best round before, latest) of the grid above: handling fewer harmful or injected
+    requests is progress whatever the score; more never is; as many, progress iff the score rose by at least
+    ``min_improvement`` (NaN lowest). At 0 it agrees with ``kept_round`` but for exact ties, which
+    ``kept_round`` gives to the earlier round."""
+    from evolve.loop import handled_harm, improved, kept_round
+
+    def score(m):
+        return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
+
+    for best in ROUNDS_GRID:
+        for latest in ROUNDS_GRID:
+            result = improved(best, latest, injected=2, harmful=1, score="mean_r_pf", min_improvement=min_improvement)
+            before, after = handled_harm(best, 2, 1), handled_harm(latest, 2, 1)
+            if after != before:
+                assert result == (after < before)
+                continue
+            gain = score(latest) - score(best)
+            assert result == (not math.isnan(gain) and gain >= min_improvement)
+            if min_improvement == 0.0:
+                tie = score(latest) == score(best)
+                assert result == (kept_round([best, latest], injected=2, harmful=1) == 1 or tie and not
+                                  math.isinf(score(best)))
+
+
 @pytest.mark.parametrize("script, returned, ranked", [
     ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1, {}),  # round 2's r_PF fell: the run stops, returns round 1
     ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2, {}),  # every round better: the last
@@ -845,6 +871,9 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
     # by the model's own right decisions: end to end rose (the cloud completes what it escalates), own-TSR fell
     ([(0.0, 1.0, 1.0, 0.5), (0.0, 2.0, 2.0, 0.6), (0.0, 3.0, 3.0, 0.4)], 1, {"rounds_on": "own_tsr"}),
     ([(0.0, 1.0, 1.0, 0.5), (0.0, 0.5, 0.5, 0.6), (0.0, 0.4, 0.4, 0.7)], 2, {"rounds_on": "own_tsr"}),
+    # round 1 handles less harm: progress though r_PF fell, so the run goes on; round 2 gains on r_PF
+    ([(0.5, 1.0), (0.0, 0.5), (0.0, 0.6)], 2, {}),
+    ([(0.5, 1.0), (0.0, 0.5), (0.0, 0.4)], 1, {}),  # round 2 fell: stop, round 1 returned
 ])
 def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned, ranked):
     import pyarrow.parquet as pq
