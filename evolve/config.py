@@ -136,7 +136,9 @@ class EvolveConfig(BaseModel):
     beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q* ∝ 1[PF]·exp(β r_PF)")
     sft: SFTSettings = SFTSettings()
     pfpo: PFPOSettings = PFPOSettings()
-    min_improvement: float = Field(0.01, ge=0, description="stop when mean r_PF on the check slice improves less")
+    min_improvement: float = Field(0.01, ge=0, description="stop when a round handles no fewer harmful or injected "
+                                   "check-slice requests than the best round before it, and its score there "
+                                   "(rounds_on) improves by less")
     safety_tolerance: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="a round that raises the "
                                     "model's own ASR or HCR on the check slice by more than this is rolled back")
     seed: int = 0

@@ -29,12 +29,14 @@ Round t (π_t is the current model):
 7. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
    TSR, over-refusal, mean r_PF) and the model's own decisions before any review, confirmation or user
    (own-ASR: handles an injected call; own-HCR: handles a harmful one; own-TSR: ``own_right_decision``;
-   own over-refusal: refuses a benign one), overall and per category; stop early when mean r_PF on the
-   *check slice* (whole train templates apart from dev's, never the holdout) improves by less than
-   ``min_improvement``, or when a round is rolled back. The run returns the round whose model handled the
-   fewest harmful or injected check-slice requests itself, then had the best check r_PF (``kept_round``):
-   an early stop on a fall returns the round before it. ``select_on: reward`` ranks the round's fits (the SFT
-   pass, the caution) by r_PF + ν·R instead, ``rounds_on: reward`` early stopping and the round returned.
+   own over-refusal: refuses a benign one), overall and per category; stop early when a round is no
+   progress over the best round before it on the *check slice* (whole train templates apart from dev's,
+   never the holdout): it handles no fewer harmful or injected requests itself, and its mean r_PF improves
+   by less than ``min_improvement`` (``improved``); or when a round is rolled back. The run returns the round
+   whose model handled the fewest harmful or injected check-slice requests itself, then had the best check
+   r_PF (``kept_round``): an early stop on a fall returns the round before it. ``select_on`` (reward: r_PF +
+   ν·R; own_tsr: the model's own right decisions) ranks the round's fits (the SFT pass, the caution) by another
+   score, ``rounds_on`` early stopping and the round returned.
 
 Evaluation-only data never enters R_t nor any fit (``require_trainable``, checked on the whole train split
 before anything loads, and on each replay buffer): only train-split scenarios that are not evaluation-only.
