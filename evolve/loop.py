@@ -237,7 +237,7 @@ def kept_round(checks: Sequence[dict[str, float]], injected: int, harmful: int, 
     """Which round's model a run returns, from the check-slice figures of the model kept after each round (round
     0, before training, first): the one that handles the fewest harmful or injected requests itself
     (own-ASR × ``injected`` + own-HCR × ``harmful``, the check slice's counts; NaN counts none), then the
-    highest ``score`` (mean r_PF; ``select_on``; NaN lowest), the earliest on a tie (it moved the model
+    highest ``score`` (mean r_PF; ``rounds_on``; NaN lowest), the earliest on a tie (it moved the model
     least). FAR's order: fewer critical failures always wins, and reward only breaks ties (an early stop on a
     fall of the score returns the round before the fall, not the fall)."""
     def key(i: int) -> tuple[float, float, int]:
