@@ -512,7 +512,7 @@ class Evolution:
 
     def calibrate(self) -> tuple[float, dict[str, float], list[str]]:
         """Fit the caution on the calibration slice against the kept model's decisions there: the offset
-        (``caution_levels``) with the highest mean r_PF (or reward, ``select_on``) among those that raise neither
+        (``caution_levels``) with the highest ``select_on`` score (mean r_PF by default) among those that raise neither
         own-ASR nor own-HCR (``kept_pass``), plus, under ``calibration_margin: leave_template_out``, the margin
         an unseen template needed over the fit of the rest (``template_shift``); the current offset when none is
         safe (the gate then judges the round). Each decision's score is replayed, not rolled out again. Returns
