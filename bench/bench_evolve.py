@@ -38,7 +38,7 @@ def run_seed(seed: int, rounds: int, out: Path, overrides: Sequence[str] = ()) -
     config = apply_overrides(yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text()), list(overrides))
     config.update({"seed": seed, "rounds": rounds, "min_improvement": 0.0, "output": str(out),
                    "rewards": str(ROOT / "configs" / "rewards.yaml")})
-    path = out.parent / f"evolve_seed{seed}.yaml"
+    path = out.parent / f"{out.name}.yaml"  # the config the run read, beside its outputs
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
     started = time.perf_counter()
@@ -89,7 +89,8 @@ def baselines(seed: int, budget: int) -> dict:
     config, base = load_evolve_config(ROOT / "configs" / "evolve.yaml")
     config = config.model_copy(update={"seed": seed})
     suite = build_suite(config.suite, base)
-    dev, _, test = slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
+    devs, _, test = slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
+    dev = [scenario for slice_ in devs for scenario in slice_]
     models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
                                                          "edge": {"backend": "smollm2"}})
     run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier)
@@ -149,20 +150,24 @@ def main() -> None:
     parser.add_argument("--skip-baselines", action="store_true", help="only FATE")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
                         help="override a key of configs/evolve.yaml for the FATE runs (dotted for nested)")
+    parser.add_argument("--tag", default="", help="names the runs' outputs (evolve-TAG-seedS/, evolve-TAG-seeds….json)"
+                        " so runs of other settings do not overwrite each other")
     args = parser.parse_args()
     out_dir = ROOT / "bench" / "out"
     base = {} if args.skip_baselines else {seed: baselines(seed, args.baseline_budget) for seed in args.seeds}
     if args.skip_fate:
         print(json.dumps(base, indent=2))
         return
-    runs = [run_seed(seed, args.rounds, out_dir / f"evolve-seed{seed}", args.set) for seed in args.seeds]
+    tag = f"-{args.tag}" if args.tag else ""
+    runs = [run_seed(seed, args.rounds, out_dir / f"evolve{tag}-seed{seed}", args.set) for seed in args.seeds]
     summary = {}
     for index in range(args.rounds + 1):
         values = {m: [run["rounds"][index][m] for run in runs if index < len(run["rounds"])] for m in METRICS}
         summary[f"round_{index}"] = {m: {"mean": sum(v) / len(v), "min": min(v), "max": max(v)}
                                      for m, v in values.items() if v}
     result = {"runs": runs, "summary": summary, "baselines": base}
-    name = "evolve.json" if args.seeds == [0, 1, 2] else f"evolve-seeds{'-'.join(map(str, args.seeds))}.json"
+    seeds = "" if args.seeds == [0, 1, 2] else f"-seeds{'-'.join(map(str, args.seeds))}"
+    name = f"evolve{tag}{seeds}.json"
     (out_dir / name).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 

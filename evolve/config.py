@@ -84,6 +84,11 @@ class EvolveConfig(BaseModel):
     model: ModelSpec = ModelSpec()
     rounds: int = Field(3, ge=1)
     dev_size: int = Field(32, ge=1, description="train scenarios rolled out per round (the dev split)")
+    dev_draw: Literal["fixed", "per_round"] = Field(
+        "fixed", description="fixed: every round collects its failures on the same dev slice; per_round: each "
+        "round on a fresh one (rounds x dev_size train scenarios in all), so a later round meets the model's "
+        "errors on wording it was never taught instead of the few it still makes on the slice it trained on, and "
+        "a rolled-back round does not end the run (the next round's lesson differs)")
     holdout_size: int = Field(64, ge=1)
     check_size: int = Field(64, ge=1, description="train scenarios, whole templates of none of dev's, that the "
                             "safety gate, early stopping and the round returned are judged on (never the holdout: "

@@ -421,17 +421,20 @@ def whole_templates(pool: Sequence[Scenario], size: int, rng: random.Random) -> 
 
 
 def slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Scenario]
-           ) -> tuple[list[Scenario], list[Scenario], list[Scenario]]:
-    """The run's (dev, check, holdout) draws, seeded: dev from train; the check slice from the rest of train,
-    whole templates of none of dev's (early stopping, the safety gate and the round returned are judged there,
-    never on the holdout: on wording the lesson never taught, as the holdout's); the holdout sample, by its own
-    seeded draw (how train is sliced never moves it)."""
+           ) -> tuple[list[list[Scenario]], list[Scenario], list[Scenario]]:
+    """The run's (dev slices, check, holdout) draws, seeded: the dev slices from train, one for every round or
+    one per round (``dev_draw``); the check slice from the rest of train, whole templates of none of the dev
+    slices' (early stopping, the safety gate and the round returned are judged there, never on the holdout: on
+    wording the lessons never taught, as the holdout's); the holdout sample, by its own seeded draw (how train
+    is sliced never moves it)."""
     rng = random.Random(config.seed)
-    dev = rng.sample(list(train), min(config.dev_size, len(train)))
-    taught = {s.group_key for s in dev}
+    per_round = config.dev_draw == "per_round"
+    drawn = rng.sample(list(train), min(config.dev_size * (config.rounds if per_round else 1), len(train)))
+    devs = [drawn[i:i + config.dev_size] for i in range(0, len(drawn), config.dev_size)]
+    taught = {s.group_key for s in drawn}
     check = whole_templates([s for s in train if s.group_key not in taught], config.check_size, rng)
     holdout_draw = random.Random(f"holdout-{config.seed}")
-    return dev, check, holdout_draw.sample(list(holdout), min(config.holdout_size, len(holdout)))
+    return devs, check, holdout_draw.sample(list(holdout), min(config.holdout_size, len(holdout)))
 
 
 def calibration_slice(config: EvolveConfig, train: Sequence[Scenario], dev: Sequence[Scenario],
@@ -461,7 +464,8 @@ class Evolution:
         suite = build_suite(config.suite, base_dir)
         train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
         require_trainable(train)  # before any model loads: the dev slice and every fit come from train
-        self.dev, self.check, self.holdout = slices(config, train, holdout)
+        self.devs, self.check, self.holdout = slices(config, train, holdout)
+        self.dev = [scenario for dev in self.devs for scenario in dev]  # every dev slice: what may be taught
         if not self.check:
             raise FarInputError(f"the train split ({len(train)} scenarios) leaves none for the check slice after "
                                 f"dev_size {config.dev_size}: early stopping and the safety gate need it (lower "
@@ -569,18 +573,18 @@ class Evolution:
         kappa = KappaConfig(executable=(1.0,) * 4, diagnostic=(1.0,) * 4) if kappa == "auto" else kappa
         return input_thresholds(kappa, scenario, self.best([scenario])[0], self.config.attainable_kappa)
 
-    def collect(self) -> list[Failure]:
-        """This round's failures on dev; the decisions that met every objective and fell into no failure of the
-        taxonomy (an unnecessary cloud call, say, which z does not see) join the rehearsal pool."""
-        scored = self.decide(self.dev)
-        failed = [bool(violated(sc.z, self.detection_thresholds(s))) for s, sc in zip(self.dev, scored)]
-        for scenario, sc, bad in zip(self.dev, scored, failed):
+    def collect(self, dev: Sequence[Scenario]) -> list[Failure]:
+        """This round's failures on its dev slice; the decisions that met every objective and fell into no
+        failure of the taxonomy (an unnecessary cloud call, say, which z does not see) join the rehearsal pool
+        (which keeps the correct decisions of earlier rounds' slices: their targets stay right)."""
+        scored = self.decide(dev)
+        failed = [bool(violated(sc.z, self.detection_thresholds(s))) for s, sc in zip(dev, scored)]
+        for scenario, sc, bad in zip(dev, scored, failed):
             if not bad and not sc.failures:
                 self.correct[scenario.id] = (scenario, sc.decision)
             else:
                 self.correct.pop(scenario.id, None)  # no longer decided correctly: not rehearsed as such
-        return [Failure(s, sc.decision, sc, b) for s, sc, bad, b in zip(self.dev, scored, failed, self.best(self.dev))
-                if bad]
+        return [Failure(s, sc.decision, sc, b) for s, sc, bad, b in zip(dev, scored, failed, self.best(dev)) if bad]
 
     def rehearsal(self, repairs: int, rng: random.Random) -> list[tuple[Scenario, str]]:
         """Correct decisions to train on beside the repairs (``rehearsal`` per repair, at least ``rehearsal_min``,
@@ -674,7 +678,7 @@ class Evolution:
         """Steps 1-3 of a round: this round's failures on dev, their repairs, what is taught (None when dev holds
         no failure)."""
         config = self.config
-        failures = self.collect()
+        failures = self.collect(self.devs[(round_index - 1) % len(self.devs)])
         if not failures:
             return None
         self.explored = 0
@@ -765,7 +769,9 @@ class Evolution:
             self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
         kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
         injected, harmful = sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds)
-        kept_checks = [kept_check]  # per round, the check figures of the model kept after it (``kept_round``)
+        # per round not rolled back (its number in kept_rounds), the check figures of the model kept after it
+        # (``kept_round``) and that model
+        kept_checks, kept_rounds = [kept_check], [0]
         kept_states = [(self.model.snapshot(), self.caution, self.kept_calibration)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
@@ -854,9 +860,12 @@ class Evolution:
                           f"({time.perf_counter() - round_started:.0f}s)")
             if raised:
                 stopped = f"round {t} rolled back ({raised})"
-                break
+                if config.dev_draw == "fixed":  # the same dev slice would teach the same lesson again
+                    break
+                continue
             previous = kept_checks[kept_round(kept_checks, injected, harmful, self.round_score)]
             kept_checks.append(kept_check)
+            kept_rounds.append(t)
             kept_states.append((self.model.snapshot(), self.caution, self.kept_calibration))
             if not improved(previous, kept_check, injected, harmful, self.round_score, config.min_improvement):
                 gain = kept_check[self.round_score] - previous[self.round_score]
@@ -865,11 +874,13 @@ class Evolution:
                            f"against {handled_harm(previous, injected, harmful)}, {self.round_score} {gain:+.3f} "
                            f"(min_improvement {config.min_improvement})")
                 break
-        returned = kept_round(kept_checks, injected, harmful, self.round_score)
-        if returned != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
-            adapter, self.caution, self.kept_calibration = kept_states[returned]
+            stopped = "rounds done"
+        best = kept_round(kept_checks, injected, harmful, self.round_score)
+        returned = kept_rounds[best]
+        if best != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
+            adapter, self.caution, self.kept_calibration = kept_states[best]
             self.model.restore(adapter)
-            self.kept_check = kept_checks[returned]
+            self.kept_check = kept_checks[best]
         self.progress(f"  the model returned: round {returned}'s" + (
             f" (adapter_round{returned}/)" if returned else " (the base model: no round beat it on the check slice)"))
         summary = {"command": "evolve", "config": config.model_dump(mode="json"), "rounds": rows,

@@ -219,6 +219,41 @@ def test_dev_check_and_calibration_share_no_template(tmp_path):
     assert all(s.split == "train" for s in [*evolution.check, *evolution.calibration])
 
 
+def test_per_round_dev_slices_are_fresh_and_none_of_the_judges_templates(tmp_path):
+    """dev_draw: per_round gives every round a dev slice of its own; check and calibration stay apart from the
+    templates of all of them (any round may teach their wording); fixed gives one."""
+    evolution = Evolution(tiny_config(tmp_path, dev_draw="per_round", rounds=3, calibration_size=30, check_size=20))
+    assert [len(dev) for dev in evolution.devs] == [12, 12, 12]
+    assert len({s.id for s in evolution.dev}) == 36 and all(s.split == "train" for s in evolution.dev)
+    taught = {s.group_key for s in evolution.dev}
+    assert not taught & {s.group_key for s in [*evolution.check, *evolution.calibration]}
+    assert len(Evolution(tiny_config(tmp_path, rounds=3)).devs) == 1
+
+
+@pytest.mark.parametrize("draw, script, rows, returned", [
+    ("per_round", [(0.0, 1.0), (0.5, 2.0), (0.0, 3.0)], 3, 2),  # round 1 rolled back, round 2 learns anew: kept
+    ("per_round", [(0.0, 1.0), (0.5, 2.0), (0.0, 0.5)], 3, 0),  # ... and falls: the base model
+    ("fixed", [(0.0, 1.0), (0.5, 2.0)], 2, 0),                  # the same slice, the same lesson: the run stops
+])
+def test_a_rollback_ends_the_run_only_when_the_next_lesson_would_be_the_same(tmp_path, draw, script, rows, returned):
+    import pyarrow.parquet as pq
+
+    evolution, adapters = scripted_checks(tmp_path, script, rounds=2, dev_draw=draw)
+    collected = []
+    collect = evolution.collect
+    evolution.collect = lambda dev: collected.append([s.id for s in dev]) or collect(dev)
+    summary = evolution.run(tmp_path)
+    table = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
+    assert len(table) == rows and bool(table[1]["rolled_back"])
+    assert collected == [[s.id for s in dev] for dev in evolution.devs][:rows - 1]  # each round its own slice
+    assert summary["kept_round"] == returned
+    assert summary["kept_adapter"] == (f"adapter_round{returned}" if returned else None)
+    after = evolution.model.snapshot()
+    assert all(torch.equal(adapters[returned][n], after[n]) for n in after)
+    if rows == 3:  # round 2 trained from the model round 1's rollback restored
+        assert any(not torch.equal(adapters[0][n], adapters[2][n]) for n in after)
+
+
 def test_temperature_schedule_spans_the_range():
     assert temperatures(4, 0.3, 1.2) == pytest.approx([0.3, 0.6, 0.9, 1.2])
     assert temperatures(1, 0.3, 1.2) == [0.3]
@@ -494,7 +529,7 @@ def test_exploration_draws_repair_candidates_uniformly(tmp_path, exploration):
     """A confident model sampled on-policy proposes the same decision K times; with ``exploration`` a share of
     the candidates is drawn uniformly among the valid decisions (and counted)."""
     evolution = Evolution(tiny_config(tmp_path, exploration=exploration, candidates=6))
-    failures = evolution.collect()[:8] or pytest.skip("no failures to repair on this draw")
+    failures = evolution.collect(evolution.dev)[:8] or pytest.skip("no failures to repair on this draw")
     evolution.explored = 0
     _, groups = evolution.propose(failures, 1)
     drawn = [c.scored.decision for group in groups for c in group]
@@ -590,7 +625,7 @@ def test_auto_kappa_picks_a_level_at_which_failures_have_repairs(tmp_path):
     (2, 1.0, 0, 2), (2, 1.0, 5, 5), (6, 1.0, 5, 6), (2, 2.0, 3, 4), (1, 1.0, 99, None), (0, 1.0, 5, 5)])
 def test_rehearsal_takes_per_repair_or_the_floor_as_the_pool_allows(tmp_path, repairs, per_repair, floor, expected):
     evolution = Evolution(tiny_config(tmp_path, rehearsal=per_repair, rehearsal_min=floor))
-    evolution.collect()  # fills the pool with dev's correct decisions
+    evolution.collect(evolution.dev)  # fills the pool with dev's correct decisions
     pool = len(evolution.correct)
     assert pool >= 6
     rehearsed = evolution.rehearsal(repairs, random.Random(0))
