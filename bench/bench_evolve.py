@@ -3,12 +3,13 @@
     python bench/bench_evolve.py [--seeds 0 1 2] [--rounds 2]
 
 For each seed, ``far evolve configs/evolve.yaml`` (K=4, G=4, dev 32, holdout 64) runs in a fresh process with
-``--rounds`` rounds and no early stopping: wall time per round, the process's peak memory, and holdout ASR,
+``--rounds`` rounds and min_improvement 0 (a run stops early only on a round the check slice finds no better,
+or a rollback): wall time per round, the process's peak memory, and holdout ASR,
 HCR, TSR and over-refusal before round 1 and after each round. Reported per seed and as mean ± spread
 (min..max) over seeds. Beside them, the baselines that update no weights, on the same dev and holdout
 scenarios: FAR's policy search and Optuna's NSGA-II, ``--baseline-budget`` policy evaluations each, with
 the base SmolLM2 as a calibrated risk edge. Writes bench/out/evolve.json (other seeds than 0 1 2:
-evolve-seeds<S-...>.json).
+evolve-seeds<S-...>.json; ``--tag T``: evolve-T….json, and each run under evolve-T-seed<S>/).
 """
 from __future__ import annotations
 
