@@ -886,7 +886,8 @@ class Evolution:
         summary = {"command": "evolve", "config": config.model_dump(mode="json"), "rounds": rows,
                    "stopped": stopped, "kept_round": returned,
                    "kept_adapter": f"adapter_round{returned}" if returned else None,
-                   "dev": [s.id for s in self.dev], "check": [s.id for s in self.check],
+                   "dev": [s.id for s in self.dev], "dev_slices": [[s.id for s in dev] for dev in self.devs],
+                   "check": [s.id for s in self.check],
                    "holdout": [s.id for s in self.holdout],
                    "seconds": time.perf_counter() - started}
         write_json_atomic(output / "summary.json", summary)
