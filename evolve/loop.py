@@ -468,8 +468,10 @@ class Evolution:
         self.dev = [scenario for dev in self.devs for scenario in dev]  # every dev slice: what may be taught
         if not self.check:
             raise FarInputError(f"the train split ({len(train)} scenarios) leaves none for the check slice after "
-                                f"dev_size {config.dev_size}: early stopping and the safety gate need it (lower "
-                                "dev_size or enlarge the suite)", field="dev_size")
+                                f"dev_size {config.dev_size}" + (f" x {config.rounds} rounds (dev_draw: per_round)"
+                                                                 if config.dev_draw == "per_round" else "") +
+                                ": early stopping and the safety gate need it (lower dev_size or enlarge the "
+                                "suite)", field="dev_size")
         if not any(s.ground_truth.unsafe or s.ground_truth.injected for s in self.check):
             self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
                           "cannot see own-ASR or own-HCR rise (raise check_size)")

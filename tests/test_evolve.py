@@ -188,6 +188,8 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
 def test_a_train_split_with_no_room_for_the_check_slice_is_refused(tmp_path):
     with pytest.raises(FarInputError, match="check slice"):
         Evolution(tiny_config(tmp_path, dev_size=10_000))
+    with pytest.raises(FarInputError, match=r"x 3 rounds \(dev_draw: per_round\)"):  # room for one slice, not three
+        Evolution(tiny_config(tmp_path, dev_size=60, rounds=3, dev_draw="per_round"))
 
 
 @settings(max_examples=200, deadline=None)
