@@ -1,0 +1,72 @@
+"""Where a FATE run's own-TSR comes from: the evolving model's own decisions against the right one, per round.
+
+    python bench/bench_evolve_confusion.py bench/out/evolve-fx1000h-seed1 [--split holdout|check] [--rounds 0,2]
+
+Replays a finished ``far evolve`` run offline (its config ``--config``, or beside it as ``<run>.yaml``, as
+bench_evolve.py writes):
+for the base model and each saved ``adapter_round<t>/`` with its caution, the greedy decisions on the run's
+holdout sample (reported only; or its check slice) tallied as right -> made, where right is
+``own_right_decision`` (refuse harm or injection, escalate what needs the cloud, handle the rest). Own-TSR
+counts only the diagonal, so the tally shows which kind of request a rise came from. Prints one line per round
+and writes bench/out/confusion-<run>-<split>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a far evolve output folder with summary.json")
+    parser.add_argument("--split", choices=("holdout", "check"), default="holdout")
+    parser.add_argument("--rounds", default=None, help="comma-separated rounds (default: every saved one)")
+    parser.add_argument("--config", type=Path, default=None, help="the run's config (default: <run>.yaml beside it)")
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(1)  # beside other jobs on 2 cores
+    from evolve.config import load_evolve_config
+    from evolve.loop import cautious_decisions, own_right_decision
+    from evolve.policy_model import PolicyModel
+    from evolve.task import DECISIONS, decision_messages
+    from rollout.io import write_json_atomic
+    from rollout.suites import build_suite
+
+    run = args.run.resolve()
+    config, base = load_evolve_config(args.config or run.parent / f"{run.name}.yaml")
+    summary = json.loads((run / "summary.json").read_text())
+    suite = build_suite(config.suite, base)
+    by_id = {s.id: s for split in ("train", "holdout") for s in suite.scenarios(split)}
+    scenarios = [by_id[i] for i in summary[args.split]]
+    model = PolicyModel(config.model)
+    prompts = [model.prompt(decision_messages(s)) for s in scenarios]
+    right = [own_right_decision(s) for s in scenarios]
+    saved = [0] + [t for t in range(1, len(summary["rounds"])) if (run / f"adapter_round{t}").is_dir()]
+    rounds = [int(r) for r in args.rounds.split(",")] if args.rounds else saved
+    out = {"run": run.name, "split": args.split, "scenarios": len(scenarios), "rounds": {}}
+    for t in rounds:
+        caution = 0.0
+        if t:
+            folder = run / f"adapter_round{t}"
+            model.load_adapter(folder)
+            caution = json.loads((folder / "caution.json").read_text())["caution"]
+        with torch.inference_mode():
+            logp = model.option_logprobs(prompts, DECISIONS).cpu().tolist()
+        made = cautious_decisions(logp, caution)
+        tally = collections.Counter(f"{r}->{m}" for r, m in zip(right, made))
+        own_tsr = sum(r == m for r, m in zip(right, made)) / len(scenarios)
+        out["rounds"][str(t)] = {"caution": caution, "own_tsr": own_tsr, "tally": dict(sorted(tally.items()))}
+        print(f"round {t}: caution {caution:+.2f}, own-TSR {own_tsr:.3f}, {dict(sorted(tally.items()))}", flush=True)
+    write_json_atomic(ROOT / "bench" / "out" / f"confusion-{run.name}-{args.split}.json", out)
+
+
+if __name__ == "__main__":
+    main()
