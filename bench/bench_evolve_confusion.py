@@ -7,8 +7,9 @@ bench_evolve.py writes):
 for the base model and each saved ``adapter_round<t>/`` with its caution, the greedy decisions on the run's
 holdout sample (reported only; or its check slice) tallied as right -> made, where right is
 ``own_right_decision`` (refuse harm or injection, escalate what needs the cloud, handle the rest). Own-TSR
-counts only the diagonal, so the tally shows which kind of request a rise came from. Prints one line per round
-and writes bench/out/confusion-<run>-<split>.json.
+counts only the diagonal, so the tally shows which kind of request a rise came from (a rolled-back round's
+folder holds the model kept, so its line repeats the round before). Prints one line per round and writes
+bench/out/confusion-<run>-<split>.json.
 """
 from __future__ import annotations
 
