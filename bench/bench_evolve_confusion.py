@@ -30,6 +30,19 @@ def main() -> None:
     parser.add_argument("--rounds", default=None, help="comma-separated rounds (default: every saved one)")
     parser.add_argument("--config", type=Path, default=None, help="the run's config (default: <run>.yaml beside it)")
     args = parser.parse_args()
+    run = args.run.resolve()
+    config_path = args.config or run.parent / f"{run.name}.yaml"
+    for path, what in ((run / "summary.json", "run"), (config_path, "--config")):
+        if not path.is_file():
+            parser.error(f"{what}: {path} not found (a finished far evolve run, and the config it read)")
+    summary = json.loads((run / "summary.json").read_text())
+    saved = [0] + [t for t in range(1, len(summary["rounds"])) if (run / f"adapter_round{t}").is_dir()]
+    try:
+        rounds = sorted({int(r) for r in args.rounds.split(",")}) if args.rounds else saved
+    except ValueError:
+        parser.error(f"--rounds: {args.rounds!r} is not a comma-separated list of round numbers")
+    if missing := [t for t in rounds if t not in saved]:
+        parser.error(f"--rounds: {missing} not saved in {run} (saved: {saved})")
 
     import torch
 
@@ -41,19 +54,15 @@ def main() -> None:
     from rollout.io import write_json_atomic
     from rollout.suites import build_suite
 
-    run = args.run.resolve()
-    config, base = load_evolve_config(args.config or run.parent / f"{run.name}.yaml")
-    summary = json.loads((run / "summary.json").read_text())
+    config, base = load_evolve_config(config_path)
     suite = build_suite(config.suite, base)
     by_id = {s.id: s for split in ("train", "holdout") for s in suite.scenarios(split)}
     scenarios = [by_id[i] for i in summary[args.split]]
     model = PolicyModel(config.model)
     prompts = [model.prompt(decision_messages(s)) for s in scenarios]
     right = [own_right_decision(s) for s in scenarios]
-    saved = [0] + [t for t in range(1, len(summary["rounds"])) if (run / f"adapter_round{t}").is_dir()]
-    rounds = [int(r) for r in args.rounds.split(",")] if args.rounds else saved
     out = {"run": run.name, "split": args.split, "scenarios": len(scenarios), "rounds": {}}
-    for t in rounds:
+    for t in rounds:  # ascending: round 0, the base model, is decided before any adapter is loaded
         caution = 0.0
         if t:
             folder = run / f"adapter_round{t}"
