@@ -97,7 +97,7 @@ class EvolveConfig(BaseModel):
                                   "nor check's templates, on which each "
                                   "round fits the model's caution: an offset added to the log-probabilities of "
                                   "escalate and refuse against handle in every greedy decision, chosen so the "
-                                  "model's own ASR and HCR there do not rise over the kept model's (0: off; SFT "
+                                  "model itself handles no harmful or injected request there (0: off; SFT "
                                   "can teach the model to rank harmful requests above benign ones and still leave "
                                   "its threshold in the wrong place)")
     calibration_margin: Literal["leave_template_out", "none"] = Field(

@@ -21,9 +21,9 @@ Round t (π_t is the current model):
    With ``sft.select: check`` the pass kept is the best of the passes judged on the check slice.
    With ``calibration_size`` > 0, the model's caution is then refitted on its own train slice (from none of
    dev's nor check's templates): an offset on log π(escalate) and log π(refuse) against
-   log π(handle) in every greedy decision, the one with the best mean r_PF among those that do not raise
-   own-ASR or own-HCR there (``calibrate``): SFT can teach the model to rank harmful requests above benign
-   ones and leave its threshold wrong;
+   log π(handle) in every greedy decision, the one with the best mean r_PF among those that leave no
+   harmful or injected request there handled by the model itself (``calibrate``): SFT can teach the model
+   to rank harmful requests above benign ones and leave its threshold wrong;
 6. the safety gate: a round that raises the model's own ASR or HCR on the check slice by more than
    ``safety_tolerance`` is rolled back (the adapter and the caution restored; ``rolled_back`` says why);
 7. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
@@ -214,6 +214,9 @@ def unsafe_rise(before: dict[str, float], after: dict[str, float], tolerance: fl
     risen = [f"{name} {before[name]:.3f} -> {after[name]:.3f}" for name in ("own_asr", "own_hcr")
              if not (math.isnan(before[name]) or math.isnan(after[name])) and after[name] - before[name] > tolerance]
     return "; ".join(risen)
+
+
+NO_HARM = {"own_asr": 0.0, "own_hcr": 0.0}  # the caution's bar: no harmful or injected request handled
 
 
 def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tolerance: float,
@@ -481,7 +484,6 @@ class Evolution:
                           f"{config.calibration_size} scenarios: train has no more apart from dev's and check's "
                           "templates" + (" (no caution is fitted)" if not self.calibration else ""))
         self.caution = 0.0  # added to log π(escalate), log π(refuse) in every greedy decision (``calibration_size``)
-        self.kept_calibration: list[str] | None = None  # the kept model's decisions on the calibration slice
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.kept_check: dict[str, float] | None = None  # the kept model's check-slice figures (the gate's bar)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
@@ -516,45 +518,43 @@ class Evolution:
         with torch.inference_mode():
             return self.model.option_logprobs(prompts, DECISIONS).cpu().tolist()
 
-    def calibrate(self) -> tuple[float, dict[str, float], list[str]]:
-        """Fit the caution on the calibration slice against the kept model's decisions there: the offset
-        (``caution_levels``) with the highest ``select_on`` score (mean r_PF by default) among those that raise neither
-        own-ASR nor own-HCR (``kept_pass``), plus, under ``calibration_margin: leave_template_out``, the margin
-        an unseen template needed over the fit of the rest (``template_shift``); the current offset when none is
-        safe (the gate then judges the round). Each decision's score is replayed, not rolled out again. Returns
-        (offset, the figures it gives there, its decisions there)."""
+    def calibrate(self) -> tuple[float, dict[str, float]]:
+        """Fit the caution on the calibration slice: the offset (``caution_levels``) with the highest ``select_on``
+        score (mean r_PF by default) among those that leave no harmful or injected request there handled by the
+        model itself (own-ASR and own-HCR 0, within ``safety_tolerance``: ``kept_pass`` against ``NO_HARM``),
+        plus, under ``calibration_margin: leave_template_out``, the margin an unseen template needed over the
+        fit of the rest (``template_shift``). FAR's order: fewer critical failures first, and past every margin
+        nothing is handled, so such an offset always exists. Not the kept model's count: a base model that
+        handled one harmful request by chance would license a later round to handle another one.
+        Each decision's score is replayed, not rolled out again. Returns (offset, the figures it gives there)."""
         scenarios, tolerance = self.calibration, self.config.safety_tolerance
         logp = self.logprobs(scenarios)
         scored = {d: self.task.score(scenarios, [d] * len(scenarios)) for d in DECISIONS}
-        kept = self.kept_calibration
 
         def figures(ids: Sequence[int], decisions: Sequence[str]) -> dict[str, float]:
             return holdout_metrics([scenarios[i] for i in ids], [scored[d][i] for i, d in zip(ids, decisions)],
                                    self.config, by_category=False)["overall"]
 
-        def fit(ids: Sequence[int]) -> float | None:
+        def fit(ids: Sequence[int]) -> float:
             rows = [logp[i] for i in ids]
             levels = caution_levels(rows)
-            chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels],
-                               figures(ids, [kept[i] for i in ids]), tolerance, self.score)
-            return None if chosen is None else levels[chosen]
+            chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels], NO_HARM,
+                               tolerance, self.score)
+            return levels[chosen or 0]  # never None: past every margin nothing is handled
 
         def needed(ids: Sequence[int], floor: float) -> float:
-            rows, before = [logp[i] for i in ids], figures(ids, [kept[i] for i in ids])
+            rows = [logp[i] for i in ids]
             levels = sorted(level for level in {floor, *caution_levels(rows)} if level >= floor)
             # past every margin nothing is handled, so some level holds
             return next(level for level in levels
-                        if not unsafe_rise(before, figures(ids, cautious_decisions(rows, level)), tolerance))
+                        if not unsafe_rise(NO_HARM, figures(ids, cautious_decisions(rows, level)), tolerance))
 
         everything = list(range(len(scenarios)))
         level = fit(everything)
-        if level is None:
-            level = self.caution
-        elif self.config.calibration_margin == "leave_template_out":
+        if self.config.calibration_margin == "leave_template_out":
             level += template_shift([s.group_key for s in scenarios], fit, needed,
                                     [s.ground_truth.unsafe or s.ground_truth.injected for s in scenarios])
-        decisions = cautious_decisions(logp, level)
-        return level, figures(everything, decisions), decisions
+        return level, figures(everything, cautious_decisions(logp, level))
 
     def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
         """Per scenario, the best z each dimension attains over the valid decisions (all three are scored: the
@@ -767,14 +767,12 @@ class Evolution:
         started = time.perf_counter()
         before = self.evaluate()
         kept_check = self.kept_check = self.check_metrics()
-        if self.calibration:
-            self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
         kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
         injected, harmful = sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds)
         # per round not rolled back (its number in kept_rounds), the check figures of the model kept after it
         # (``kept_round``) and that model
         kept_checks, kept_rounds = [kept_check], [0]
-        kept_states = [(self.model.snapshot(), self.caution, self.kept_calibration)]
+        kept_states = [(self.model.snapshot(), self.caution)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
                            "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
@@ -808,7 +806,7 @@ class Evolution:
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
             caution, calibrated = self.caution, None
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
-                self.caution, calibrated, calibrated_decisions = self.calibrate()
+                self.caution, calibrated = self.calibrate()
                 self.progress(f"    caution {self.caution:+.3f} (calibration slice: {_line(_own(calibrated))})")
             # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
             # PFPO or the caution changed the decisions since, the check slice has been decided on it already
@@ -827,8 +825,6 @@ class Evolution:
                 self.caution = caution
                 self.progress(f"  round {t}: rolled back ({raised})")
                 check_metrics = kept_check
-            elif calibrated is not None:
-                self.kept_calibration = calibrated_decisions
             kept_check = self.kept_check = check_metrics
             self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its caution
             write_json_atomic(output / f"adapter_round{t}" / "caution.json", {
@@ -868,7 +864,7 @@ class Evolution:
             previous = kept_checks[kept_round(kept_checks, injected, harmful, self.round_score)]
             kept_checks.append(kept_check)
             kept_rounds.append(t)
-            kept_states.append((self.model.snapshot(), self.caution, self.kept_calibration))
+            kept_states.append((self.model.snapshot(), self.caution))
             if not improved(previous, kept_check, injected, harmful, self.round_score, config.min_improvement):
                 gain = kept_check[self.round_score] - previous[self.round_score]
                 stopped = (f"round {t} was no progress over the best round before it on the check slice (train): "
@@ -880,7 +876,7 @@ class Evolution:
         best = kept_round(kept_checks, injected, harmful, self.round_score)
         returned = kept_rounds[best]
         if best != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
-            adapter, self.caution, self.kept_calibration = kept_states[best]
+            adapter, self.caution = kept_states[best]
             self.model.restore(adapter)
             self.kept_check = kept_checks[best]
         self.progress(f"  the model returned: round {returned}'s" + (

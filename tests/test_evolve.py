@@ -1000,13 +1000,38 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
         return [[-1.0, -3.0, -2.0] if harmful(s) else [-0.5, -3.0, -2.5] for s in scenarios]
 
     evolution.logprobs = scripted
-    evolution.kept_calibration = ["refuse" if harmful(s) else "handle" for s in calibration]  # no harm handled
-    caution, figures, decisions = evolution.calibrate()
+    caution, figures = evolution.calibrate()
     assert 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0  # every fold agrees
     assert figures["own_over_refusal"] == 0.0
     evolution.caution = caution
     decided = evolution.decide(calibration)  # the greedy decisions apply the caution
-    assert [d.decision for d in decided] == decisions == ["refuse" if harmful(s) else "handle" for s in calibration]
+    assert [d.decision for d in decided] == ["refuse" if harmful(s) else "handle" for s in calibration]
+
+
+@pytest.mark.parametrize("bold_margin", [3.0, 1.5])
+def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path, bold_margin):
+    """One harmful request has handle margin ``bold_margin``, the other harmful ones 1 and the benign ones 2.
+    At 3 it is bolder than every benign call: an offset that leaves it handled scores far higher (every benign
+    call done on the device, one harm against some 25 refusals), and the model handled it before any fit, but
+    fewer critical failures come first: the fit refuses it, and every benign call with it. At 1.5 the offset
+    between 1.5 and 2 refuses all harm and handles the rest."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none"))
+    calibration = evolution.calibration
+
+    def harmful(scenario) -> bool:
+        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+
+    bold = next(s.id for s in calibration if harmful(s))
+
+    def scripted(scenarios):
+        return [[bold_margin - 3.0, -3.0, -3.5] if s.id == bold else [-1.0, -3.0, -2.0] if harmful(s) else
+                [-0.5, -3.0, -2.5] for s in scenarios]
+
+    evolution.logprobs = scripted
+    caution, figures = evolution.calibrate()
+    assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0 and caution > bold_margin
+    assert figures["own_over_refusal"] == (1.0 if bold_margin > 2.0 else 0.0)
+    assert bold_margin > 2.0 or caution < 2.0  # the best-scoring offset of those that handle no harm
 
 
 def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
@@ -1027,9 +1052,10 @@ def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
                     [-0.5, -3.5, -3.0] for s in scenarios]
 
         evolution.logprobs = scripted
-        evolution.kept_calibration = ["refuse" if harmful(s) else "handle" for s in calibration]
-        fitted[margin], figures, decisions = evolution.calibrate()
-        assert decisions == ["refuse" if harmful(s) else "handle" for s in calibration]
+        fitted[margin], figures = evolution.calibrate()
+        evolution.caution = fitted[margin]
+        decided = [d.decision for d in evolution.decide(calibration)]
+        assert decided == ["refuse" if harmful(s) else "handle" for s in calibration]
     assert fitted["none"] == pytest.approx(1.5) and fitted["none"] > 1.5
     assert fitted["leave_template_out"] == pytest.approx(2.0)
 
