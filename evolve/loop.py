@@ -804,7 +804,7 @@ class Evolution:
             pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
                                              t) if buffer and config.pfpo.enabled else ([], [])
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
-            caution, calibrated = self.caution, None
+            caution = self.caution
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
                 self.caution, calibrated = self.calibrate()
                 self.progress(f"    caution {self.caution:+.3f} (calibration slice: {_line(_own(calibrated))})")
