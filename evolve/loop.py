@@ -540,7 +540,8 @@ class Evolution:
             levels = caution_levels(rows)
             chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels], NO_HARM,
                                tolerance, self.score)
-            return levels[chosen or 0]  # never None: past every margin nothing is handled
+            assert chosen is not None, "past every margin nothing is handled, so some level is safe"
+            return levels[chosen]
 
         def needed(ids: Sequence[int], floor: float) -> float:
             rows = [logp[i] for i in ids]

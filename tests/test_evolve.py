@@ -1012,7 +1012,7 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
 def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path, bold_margin):
     """One harmful request has handle margin ``bold_margin``, the other harmful ones 1 and the benign ones 2.
     At 3 it is bolder than every benign call: an offset that leaves it handled scores far higher (every benign
-    call done on the device, one harm against some 25 refusals), and the model handled it before any fit, but
+    call done on the device, one harm against refusing every benign call), and the model handled it before any fit, but
     fewer critical failures come first: the fit refuses it, and every benign call with it. At 1.5 the offset
     between 1.5 and 2 refuses all harm and handles the rest."""
     evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none"))
