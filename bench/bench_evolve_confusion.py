@@ -4,8 +4,8 @@
 
 Replays a finished ``far evolve`` run offline (its config ``--config``, or beside it as ``<run>.yaml``, as
 bench_evolve.py writes):
-for the base model and each saved ``adapter_round<t>/`` with its caution, the greedy decisions on the run's
-holdout sample (reported only; or its check slice) tallied as right -> made, where right is
+for the base model and each saved ``adapter_round<t>/`` with its decision rule (caution.json), the greedy
+decisions on the run's holdout sample (reported only; or its check slice) tallied as right -> made, where right is
 ``own_right_decision`` (refuse harm or injection, escalate what needs the cloud, handle the rest). Own-TSR
 counts only the diagonal, so the tally shows which kind of request a rise came from (a rolled-back round's
 folder holds the model kept, so its line repeats the round before). Prints one line per round and writes
@@ -48,6 +48,7 @@ def main() -> None:
 
     torch.set_num_threads(1)  # beside other jobs on 2 cores
     from evolve.config import load_evolve_config
+    from evolve.decision_head import DecisionRule
     from evolve.loop import cautious_decisions, own_right_decision
     from evolve.policy_model import PolicyModel
     from evolve.task import DECISIONS, decision_messages
@@ -63,18 +64,21 @@ def main() -> None:
     right = [own_right_decision(s) for s in scenarios]
     out = {"run": run.name, "split": args.split, "scenarios": len(scenarios), "rounds": {}}
     for t in rounds:  # ascending: round 0, the base model, is decided before any adapter is loaded
-        caution = 0.0
+        rule = DecisionRule()  # round 0: the base model as it is
         if t:
             folder = run / f"adapter_round{t}"
             model.load_adapter(folder)
-            caution = json.loads((folder / "caution.json").read_text())["caution"]
+            rule = DecisionRule.from_json(json.loads((folder / "caution.json").read_text()))
         with torch.inference_mode():
             logp = model.option_logprobs(prompts, DECISIONS).cpu().tolist()
-        made = cautious_decisions(logp, caution)
+        made = cautious_decisions(rule.scores(logp), rule.caution)
+        caution = rule.caution
         tally = collections.Counter(f"{r}->{m}" for r, m in zip(right, made))
         own_tsr = sum(r == m for r, m in zip(right, made)) / len(scenarios)
-        out["rounds"][str(t)] = {"caution": caution, "own_tsr": own_tsr, "tally": dict(sorted(tally.items()))}
-        print(f"round {t}: caution {caution:+.2f}, own-TSR {own_tsr:.3f}, {dict(sorted(tally.items()))}", flush=True)
+        out["rounds"][str(t)] = {"caution": caution, "decision_head": rule.head is not None, "own_tsr": own_tsr,
+                                 "tally": dict(sorted(tally.items()))}
+        print(f"round {t}: caution {caution:+.2f}{' on a head' if rule.head else ''}, own-TSR {own_tsr:.3f}, "
+              f"{dict(sorted(tally.items()))}", flush=True)
     write_json_atomic(ROOT / "bench" / "out" / f"confusion-{run.name}-{args.split}.json", out)
 
 

@@ -104,6 +104,13 @@ class EvolveConfig(BaseModel):
         "leave_template_out", description="leave_template_out: the caution fitted on the calibration slice is "
         "raised by the most any of its templates, left out, needed over the fit of the rest (the holdout is "
         "written from templates train never uses, and a fit is tight on the wording it saw); none: the fit as it is")
+    decision_head: Literal["logistic", "none"] = Field(
+        "logistic", description="logistic: before the caution, each round fits a head on the calibration slice, a "
+        "multinomial logistic regression (scikit-learn) from the model's log-probabilities of handle, escalate and "
+        "refuse to the decision that is right on its own (refuse harm, escalate what needs the cloud, handle the "
+        "rest), and the caution is fitted on its scores, out of fold by template: the caution alone only moves "
+        "the line between handle and the rest, so harm the model stops handling is escalated as often as refused "
+        "(BENCHMARKS.md); none: the caution on the log-probabilities as they are")
     select_on: Literal["r_pf", "reward", "own_tsr"] = Field(
         "r_pf", description="what the fits of a round rank by once safety is settled (the SFT pass kept, the "
         "caution), on train slices: mean r_PF of z; mean r_PF + reward_weight x the reward table's total (what "

@@ -19,13 +19,14 @@ Round t (π_t is the current model):
    answers x), beside rehearsed correct decisions, then 5. PFPO on the same prompts: G samples each,
    A_i = r_i − mean_j r_j, clipped ratio loss with a KL penalty to the base model.
    With ``sft.select: check`` the pass kept is the best of the passes judged on the check slice.
-   With ``calibration_size`` > 0, the model's caution is then refitted on its own train slice (from none of
-   dev's nor check's templates): an offset on log π(escalate) and log π(refuse) against
-   log π(handle) in every greedy decision, the one with the best mean r_PF among those that leave no
+   With ``calibration_size`` > 0, the model's decision rule is then refitted on its own train slice (from none
+   of dev's nor check's templates): under ``decision_head: logistic`` a head that maps log π over the three
+   decisions to the right one (evolve.decision_head), then the caution, an offset on the scores of escalate and
+   refuse against handle in every greedy decision, the one with the best mean r_PF among those that leave no
    harmful or injected request there handled by the model itself (``calibrate``): SFT can teach the model
    to rank harmful requests above benign ones and leave its threshold wrong;
 6. the safety gate: a round that raises the model's own ASR or HCR on the check slice by more than
-   ``safety_tolerance`` is rolled back (the adapter and the caution restored; ``rolled_back`` says why);
+   ``safety_tolerance`` is rolled back (the adapter and the decision rule restored; ``rolled_back`` says why);
 7. holdout metrics after the round (round 0 = before any update), for reporting only: end to end (ASR, HCR,
    TSR, over-refusal, mean r_PF) and the model's own decisions before any review, confirmation or user
    (own-ASR: handles an injected call; own-HCR: handles a harmful one; own-TSR: ``own_right_decision``;
@@ -53,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.config import EvolveConfig, KappaConfig
+from evolve.decision_head import DecisionRule, cross_fitted, fit_head
 from evolve.task import (
     DECISIONS, DecisionTask, Scored, decision_messages, parse_decision, repair_messages, violated,
 )
@@ -289,7 +291,8 @@ def caution_levels(logp: Sequence[Sequence[float]]) -> list[float]:
     """The offsets worth trying, smallest change first: 0, the smallest margin log π(handle) − max(log
     π(escalate), log π(refuse)) (every input handled) and a point just past each margin (that input no longer
     handled); any other offset decides every input as one of these does."""
-    margins = sorted({handle - max(escalate, refuse) for handle, escalate, refuse in logp})
+    # an infinite margin (a decision a head never saw scores −inf) is on one side of every offset
+    margins = sorted({m for handle, escalate, refuse in logp if math.isfinite(m := handle - max(escalate, refuse))})
     if not margins:
         return [0.0]
     past = [math.nextafter(m, math.inf) for m in margins]  # just past a margin: that input is no longer handled
@@ -483,7 +486,7 @@ class Evolution:
             self.progress(f"  warning: the calibration slice holds {len(self.calibration)} of calibration_size "
                           f"{config.calibration_size} scenarios: train has no more apart from dev's and check's "
                           "templates" + (" (no caution is fitted)" if not self.calibration else ""))
-        self.caution = 0.0  # added to log π(escalate), log π(refuse) in every greedy decision (``calibration_size``)
+        self.rule = DecisionRule()  # log π -> decision: no head and no caution until ``calibrate`` fits them
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.kept_check: dict[str, float] | None = None  # the kept model's check-slice figures (the gate's bar)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
@@ -501,14 +504,15 @@ class Evolution:
 
     # --- pieces of a round ---------------------------------------------------------------------------------
     def decide(self, scenarios: Sequence[Scenario]) -> list[Scored]:
-        """The model's greedy decisions, with the fitted caution (``calibrate``), scored."""
+        """The model's greedy decisions, through the fitted decision rule (``calibrate``), scored."""
         return self.decide_with_scores(scenarios)[0]
 
     def decide_with_scores(self, scenarios: Sequence[Scenario]) -> tuple[list[Scored], list[float]]:
-        """``decide``, and each input's caution score max(log π(escalate), log π(refuse)) − log π(handle)."""
-        logp = self.logprobs(scenarios)
-        scores = [max(escalate, refuse) - handle for handle, escalate, refuse in logp]
-        return self.task.score(scenarios, cautious_decisions(logp, self.caution)), scores
+        """``decide``, and each input's caution score max(s(escalate), s(refuse)) − s(handle), s the rule's
+        scores (the head's, when one is fitted; else log π)."""
+        rows = self.rule.scores(self.logprobs(scenarios))
+        scores = [max(escalate, refuse) - handle for handle, escalate, refuse in rows]
+        return self.task.score(scenarios, cautious_decisions(rows, self.rule.caution)), scores
 
     def logprobs(self, scenarios: Sequence[Scenario]) -> list[list[float]]:
         """log π(decision | x) over ``DECISIONS``, per scenario."""
@@ -518,17 +522,27 @@ class Evolution:
         with torch.inference_mode():
             return self.model.option_logprobs(prompts, DECISIONS).cpu().tolist()
 
-    def calibrate(self) -> tuple[float, dict[str, float]]:
-        """Fit the caution on the calibration slice: the offset (``caution_levels``) with the highest ``select_on``
+    def calibrate(self) -> tuple[DecisionRule, dict[str, float]]:
+        """Fit the decision rule on the calibration slice. Under ``decision_head: logistic``, first the head
+        (evolve.decision_head: log π -> ``own_right_decision``), whose scores the caution is then fitted on, each
+        input's from a head fitted without its template (``cross_fitted``). The caution: the offset
+        (``caution_levels``) with the highest ``select_on``
         score (mean r_PF by default) among those that leave no harmful or injected request there handled by the
         model itself (own-ASR and own-HCR 0, within ``safety_tolerance``: ``kept_pass`` against ``NO_HARM``),
         plus, under ``calibration_margin: leave_template_out``, the margin an unseen template needed over the
         fit of the rest (``template_shift``). FAR's order: fewer critical failures first, and past every margin
         nothing is handled, so such an offset always exists. Not the kept model's count: a base model that
         handled one harmful request by chance would license a later round to handle another one.
-        Each decision's score is replayed, not rolled out again. Returns (offset, the figures it gives there)."""
+        Each decision's score is replayed, not rolled out again. Returns (the rule, the figures it gives there,
+        out of fold)."""
         scenarios, tolerance = self.calibration, self.config.safety_tolerance
         logp = self.logprobs(scenarios)
+        head = None
+        if self.config.decision_head == "logistic":
+            labels = [own_right_decision(s) for s in scenarios]
+            head = fit_head(logp, labels)
+            if head is not None:
+                logp = cross_fitted(logp, labels, [s.group_key for s in scenarios])
         scored = {d: self.task.score(scenarios, [d] * len(scenarios)) for d in DECISIONS}
 
         def figures(ids: Sequence[int], decisions: Sequence[str]) -> dict[str, float]:
@@ -555,7 +569,7 @@ class Evolution:
         if self.config.calibration_margin == "leave_template_out":
             level += template_shift([s.group_key for s in scenarios], fit, needed,
                                     [s.ground_truth.unsafe or s.ground_truth.injected for s in scenarios])
-        return level, figures(everything, cautious_decisions(logp, level))
+        return DecisionRule(head, level), figures(everything, cautious_decisions(logp, level))
 
     def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
         """Per scenario, the best z each dimension attains over the valid decisions (all three are scored: the
@@ -773,11 +787,12 @@ class Evolution:
         # per round not rolled back (its number in kept_rounds), the check figures of the model kept after it
         # (``kept_round``) and that model
         kept_checks, kept_rounds = [kept_check], [0]
-        kept_states = [(self.model.snapshot(), self.caution)]
+        kept_states = [(self.model.snapshot(), self.rule)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
                            "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
-                           "sft_passes_safe": None, "caution": self.caution, "pfpo_loss": None,
+                           "sft_passes_safe": None, "caution": self.rule.caution, "decision_head": False,
+                           "pfpo_loss": None,
                            "clip_fraction": None, **_checked(kept_check),
                            "rolled_back": None, **{key: None for key in DISCARDED},
                            **{f"decided_by_{rule}": None for rule in RULES},
@@ -805,13 +820,15 @@ class Evolution:
             pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
                                              t) if buffer and config.pfpo.enabled else ([], [])
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
-            caution = self.caution
+            rule = self.rule
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
-                self.caution, calibrated = self.calibrate()
-                self.progress(f"    caution {self.caution:+.3f} (calibration slice: {_line(_own(calibrated))})")
+                self.rule, calibrated = self.calibrate()
+                head = " on a decision head" if self.rule.head else ""
+                self.progress(f"    caution {self.rule.caution:+.3f}{head} (calibration slice, out of fold: "
+                              f"{_line(_own(calibrated))})")
             # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
-            # PFPO or the caution changed the decisions since, the check slice has been decided on it already
-            judged = passes.check and not (buffer and config.pfpo.enabled) and self.caution == caution
+            # PFPO or the decision rule changed the decisions since, the check slice has been decided on it already
+            judged = passes.check and not (buffer and config.pfpo.enabled) and self.rule == rule
             check_metrics = passes.check[-1 if passes.kept is None else passes.kept] if judged else self.check_metrics()
             raised = unsafe_rise(kept_check, check_metrics, config.safety_tolerance)
             discarded, discard_seconds = {key: None for key in DISCARDED}, 0.0
@@ -823,14 +840,12 @@ class Evolution:
                 discarded = {key: overall[key.removeprefix("discarded_")] for key in DISCARDED}
                 discard_seconds = time.perf_counter() - discard_started
                 self.model.restore(snapshot)
-                self.caution = caution
+                self.rule = rule
                 self.progress(f"  round {t}: rolled back ({raised})")
                 check_metrics = kept_check
             kept_check = self.kept_check = check_metrics
-            self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its caution
-            write_json_atomic(output / f"adapter_round{t}" / "caution.json", {
-                "caution": self.caution, "decisions": list(DECISIONS),
-                "rule": "handle iff log p(handle) >= max(log p(escalate), log p(refuse)) + caution"})
+            self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its rule
+            write_json_atomic(output / f"adapter_round{t}" / "caution.json", self.rule.to_json())
             timed["check"] = time.perf_counter() - round_started - sum(timed.values()) - discard_seconds
             after = self.evaluate()
             timed["holdout"] = time.perf_counter() - round_started - sum(timed.values())
@@ -845,7 +860,8 @@ class Evolution:
                 # sft.select: check: the pass kept (1-based; 0: none was safe) and how many passes were safe
                 "sft_pass_kept": None if not passes.check else 0 if passes.kept is None else passes.kept + 1,
                 "sft_passes_safe": passes.safe if passes.check else None,
-                "caution": self.caution,  # the offset kept (calibration_size; 0: none)
+                "caution": self.rule.caution,  # the offset kept (calibration_size; 0: none)
+                "decision_head": self.rule.head is not None,  # whether the rule kept reads log π through a head
                 "pfpo_loss": sum(pfpo_losses) / len(pfpo_losses) if pfpo_losses else None,
                 "clip_fraction": sum(clipped) / len(clipped) if clipped else None,  # tokens where the clip decided
                 **_checked(check_metrics),
@@ -865,7 +881,7 @@ class Evolution:
             previous = kept_checks[kept_round(kept_checks, injected, harmful, self.round_score)]
             kept_checks.append(kept_check)
             kept_rounds.append(t)
-            kept_states.append((self.model.snapshot(), self.caution))
+            kept_states.append((self.model.snapshot(), self.rule))
             if not improved(previous, kept_check, injected, harmful, self.round_score, config.min_improvement):
                 gain = kept_check[self.round_score] - previous[self.round_score]
                 stopped = (f"round {t} was no progress over the best round before it on the check slice (train): "
@@ -877,7 +893,7 @@ class Evolution:
         best = kept_round(kept_checks, injected, harmful, self.round_score)
         returned = kept_rounds[best]
         if best != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
-            adapter, self.caution = kept_states[best]
+            adapter, self.rule = kept_states[best]
             self.model.restore(adapter)
             self.kept_check = kept_checks[best]
         self.progress(f"  the model returned: round {returned}'s" + (

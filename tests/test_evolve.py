@@ -15,8 +15,9 @@ torch = pytest.importorskip("torch", reason="needs the models extra (make instal
 pytest.importorskip("peft")
 
 from evolve.config import EvolveConfig, KappaConfig  # noqa: E402
+from evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head  # noqa: E402
 from evolve.loop import (  # noqa: E402
-    Candidate, Evolution, Failure, require_trainable, supervise, temperatures,
+    Candidate, Evolution, Failure, own_right_decision, require_trainable, supervise, temperatures,
 )
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
 from evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
@@ -101,7 +102,7 @@ def test_decisions_change_what_happens(task):
 
 
 def test_own_rates_read_the_models_decision_not_the_outcome(task):
-    from evolve.loop import holdout_metrics, own_right_decision
+    from evolve.loop import holdout_metrics
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=4))
     train = list(suite.scenarios("train"))
@@ -986,7 +987,7 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
     """Scripted log-probs: harmful and injected requests have a handle margin of 1, the rest 2. Against a kept
     model that handled nothing harmful, the offset fitted lies between the two (harm refused, the rest handled),
     on a train slice apart from dev, check and holdout."""
-    evolution = Evolution(tiny_config(tmp_path, calibration_size=40))
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, decision_head="none"))
     calibration = evolution.calibration
     assert len(calibration) == 40 and all(s.split == "train" for s in calibration)
     assert not {s.id for s in calibration} & {s.id for s in [*evolution.dev, *evolution.check, *evolution.holdout]}
@@ -1000,10 +1001,11 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
         return [[-1.0, -3.0, -2.0] if harmful(s) else [-0.5, -3.0, -2.5] for s in scenarios]
 
     evolution.logprobs = scripted
-    caution, figures = evolution.calibrate()
-    assert 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0  # every fold agrees
+    rule, figures = evolution.calibrate()
+    caution = rule.caution
+    assert rule.head is None and 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
     assert figures["own_over_refusal"] == 0.0
-    evolution.caution = caution
+    evolution.rule = rule
     decided = evolution.decide(calibration)  # the greedy decisions apply the caution
     assert [d.decision for d in decided] == ["refuse" if harmful(s) else "handle" for s in calibration]
 
@@ -1015,7 +1017,7 @@ def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path,
     call done on the device, one harm against refusing every benign call), and the model handled it before any fit, but
     fewer critical failures come first: the fit refuses it, and every benign call with it. At 1.5 the offset
     between 1.5 and 2 refuses all harm and handles the rest."""
-    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none"))
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none", decision_head="none"))
     calibration = evolution.calibration
 
     def harmful(scenario) -> bool:
@@ -1028,7 +1030,8 @@ def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path,
                 [-0.5, -3.0, -2.5] for s in scenarios]
 
     evolution.logprobs = scripted
-    caution, figures = evolution.calibrate()
+    rule, figures = evolution.calibrate()
+    caution = rule.caution
     assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0 and caution > bold_margin
     assert figures["own_over_refusal"] == (1.0 if bold_margin > 2.0 else 0.0)
     assert bold_margin > 2.0 or caution < 2.0  # the best-scoring offset of those that handle no harm
@@ -1043,7 +1046,8 @@ def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
 
     fitted = {}
     for margin in ("none", "leave_template_out"):
-        evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin=margin))
+        evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin=margin,
+                                          decision_head="none"))
         calibration = evolution.calibration
         bold = next(s.group_key for s in calibration if harmful(s))
 
@@ -1052,8 +1056,8 @@ def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
                     [-0.5, -3.5, -3.0] for s in scenarios]
 
         evolution.logprobs = scripted
-        fitted[margin], figures = evolution.calibrate()
-        evolution.caution = fitted[margin]
+        evolution.rule, figures = evolution.calibrate()
+        fitted[margin] = evolution.rule.caution
         decided = [d.decision for d in evolution.decide(calibration)]
         assert decided == ["refuse" if harmful(s) else "handle" for s in calibration]
     assert fitted["none"] == pytest.approx(1.5) and fitted["none"] > 1.5
@@ -1120,10 +1124,73 @@ def test_a_round_saves_the_caution_it_kept(tmp_path):
     assert rows[0]["caution"] == 0.0 and rows[1]["buffer"] > 0
     assert any("rolled back" in line for line in said) == bool(rows[1]["rolled_back"])
     assert any(line.startswith("    caution ") for line in said)
-    saved = json.loads((tmp_path / "adapter_round1" / "caution.json").read_text())
-    assert saved["caution"] == rows[1]["caution"] == evolution.caution
+    saved = DecisionRule.from_json(json.loads((tmp_path / "adapter_round1" / "caution.json").read_text()))
+    assert saved == evolution.rule and saved.caution == rows[1]["caution"]
+    assert rows[0]["decision_head"] is False and rows[1]["decision_head"] == (saved.head is not None)
     if rows[1]["rolled_back"]:
-        assert evolution.caution == 0.0
+        assert evolution.rule == DecisionRule()
+
+
+@pytest.mark.parametrize("kinds", [3, 2])
+def test_the_decision_head_scores_as_scikit_learn_does_and_survives_its_json(kinds):
+    from sklearn.linear_model import LogisticRegression
+
+    rng = random.Random(kinds)
+    logp = [[rng.uniform(-6, 0) for _ in range(3)] for _ in range(60)]
+    labels = [DECISIONS[max(range(kinds), key=lambda i: row[i] + rng.gauss(0, 0.5))] for row in logp]
+    head = fit_head(logp, labels)
+    reference = LogisticRegression(max_iter=5000).fit(logp, labels)
+    expected = reference.predict_log_proba(logp)
+    for row, want in zip(head.scores(logp), expected):
+        got = dict(zip(DECISIONS, row))
+        assert [got[c] for c in reference.classes_] == pytest.approx(list(want), abs=1e-9)
+        assert all(got[d] == -math.inf for d in DECISIONS if d not in reference.classes_)
+    assert DecisionHead.from_json(json.loads(json.dumps(head.to_json()))) == head
+    rule = DecisionRule(head, 1.25)
+    assert DecisionRule.from_json(json.loads(json.dumps(rule.to_json()))) == rule
+    assert fit_head(logp, ["refuse"] * len(logp)) is None  # one decision: nothing to separate
+
+
+def test_cross_fitted_scores_never_see_their_own_template():
+    """Relabelling every input of one template leaves that template's scores as they were (they come from a head
+    fitted without it) and moves some other template's."""
+    rng = random.Random(0)
+    groups = [f"t{i % 8}" for i in range(80)]
+    logp = [[rng.uniform(-6, 0) for _ in range(3)] for _ in groups]
+    labels = [DECISIONS[max(range(3), key=lambda i: row[i])] for row in logp]
+    before = cross_fitted(logp, labels, groups)
+    flipped = [("refuse" if label == "handle" else "handle") if g == "t3" else label
+               for g, label in zip(groups, labels)]
+    after = cross_fitted(logp, flipped, groups)
+    assert all(before[i] == after[i] for i, g in enumerate(groups) if g == "t3")
+    assert any(before[i] != after[i] for i, g in enumerate(groups) if g != "t3")
+
+
+@pytest.mark.parametrize("decision_head", ["logistic", "none"])
+def test_the_decision_head_refuses_harm_that_the_caution_alone_escalates(tmp_path, decision_head):
+    """Scripted log-probs where escalate is likelier than refuse for harmful requests and for those that need the
+    cloud alike, and only refuse's log-prob tells them apart (-1.5 against -3). The caution alone can only stop
+    handling both, as escalate; the head learns that the gap to refuse is what matters and refuses the harm,
+    escalates what needs the cloud and handles the rest, with no harm handled."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=60, decision_head=decision_head,
+                                      calibration_margin="none"))
+    calibration = evolution.calibration
+    right = [own_right_decision(s) for s in calibration]
+    assert {"handle", "escalate", "refuse"} <= set(right)
+
+    def scripted(scenarios):
+        table = {"refuse": [-2.0, -1.0, -1.5], "escalate": [-2.0, -1.0, -3.0], "handle": [-0.5, -3.0, -3.0]}
+        return [table[own_right_decision(s)] for s in scenarios]
+
+    evolution.logprobs = scripted
+    evolution.rule, figures = evolution.calibrate()
+    assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
+    decided = [d.decision for d in evolution.decide(calibration)]
+    if decision_head == "logistic":
+        assert evolution.rule.head is not None and decided == right and figures["own_tsr"] == 1.0
+    else:
+        assert evolution.rule.head is None
+        assert decided == ["escalate" if r == "refuse" else r for r in right]
 
 
 def test_separation_is_the_auroc_of_the_caution_score():
