@@ -95,8 +95,9 @@ class EvolveConfig(BaseModel):
                             "it is evaluated for reporting only)")
     calibration_size: int = Field(0, ge=0, description="train scenarios, written from none of dev's "
                                   "nor check's templates, on which each "
-                                  "round fits the model's caution: an offset added to the log-probabilities of "
-                                  "escalate and refuse against handle in every greedy decision, chosen so the "
+                                  "round fits the model's decision rule (decision_head, then the caution: an "
+                                  "offset added to the scores of escalate and refuse against handle in every "
+                                  "greedy decision), chosen so the "
                                   "model itself handles no harmful or injected request there (0: off; SFT "
                                   "can teach the model to rank harmful requests above benign ones and still leave "
                                   "its threshold in the wrong place)")

@@ -1,0 +1,82 @@
+"""How much of a FATE round's own-TSR is the decision head's and how much the training's (issue 16).
+
+    python bench/bench_evolve_head.py bench/out/evolve-hd1000-seed0 [--config RUN.yaml] [--rounds 0,2]
+
+Replays a finished ``far evolve`` run offline (its config ``--config``, or beside it as ``<run>.yaml``, as
+bench_evolve.py writes). For the base model (round 0) and each saved ``adapter_round<t>/``, the decision rule
+is fitted afresh on the run's calibration slice (train) as a round fits it (``Evolution.calibrate``), once with
+``decision_head: none`` (the caution alone) and once with ``logistic`` (the head, then the caution), and the
+model's own decisions on the run's holdout sample are reported under each (holdout: reported only, never fitted
+on). Round 0 under ``logistic`` is the head with no training at all: what FATE's SFT adds is the gap from it.
+Prints one line per (round, head) and writes bench/out/head-<run>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal", "own_separation", "asr", "hcr", "tsr", "over_refusal")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run", type=Path, help="a far evolve output folder with summary.json")
+    parser.add_argument("--rounds", default=None, help="comma-separated rounds (default: every saved one)")
+    parser.add_argument("--config", type=Path, default=None, help="the run's config (default: <run>.yaml beside it)")
+    args = parser.parse_args()
+    run = args.run.resolve()
+    config_path = args.config or run.parent / f"{run.name}.yaml"
+    for path, what in ((run / "summary.json", "run"), (config_path, "--config")):
+        if not path.is_file():
+            parser.error(f"{what}: {path} not found (a finished far evolve run, and the config it read)")
+    summary = json.loads((run / "summary.json").read_text())
+    saved = [0] + [t for t in range(1, len(summary["rounds"])) if (run / f"adapter_round{t}").is_dir()]
+    try:
+        rounds = sorted({int(r) for r in args.rounds.split(",")}) if args.rounds else saved
+    except ValueError:
+        parser.error(f"--rounds: {args.rounds!r} is not a comma-separated list of round numbers")
+    if missing := [t for t in rounds if t not in saved]:
+        parser.error(f"--rounds: {missing} not saved in {run} (saved: {saved})")
+
+    import torch
+
+    torch.set_num_threads(1)  # beside other jobs on 2 cores
+    from evolve.config import load_evolve_config
+    from evolve.loop import Evolution
+    from rollout.io import write_json_atomic
+
+    config, base = load_evolve_config(config_path)
+    if not config.calibration_size:
+        parser.error(f"--config: {config_path} has calibration_size 0: no slice to fit a rule on")
+    evolution = Evolution(config, base)
+    if [s.id for s in evolution.holdout] != summary["holdout"]:
+        parser.error(f"--config: {config_path} draws another holdout than {run}'s summary.json")
+    out = {"run": run.name, "holdout": len(evolution.holdout), "calibration": len(evolution.calibration),
+           "rounds": {}}
+    for t in rounds:  # ascending: round 0, the base model, is decided before any adapter is loaded
+        if t:
+            evolution.model.load_adapter(run / f"adapter_round{t}")
+        out["rounds"][str(t)] = {}
+        for head in ("none", "logistic"):
+            started = time.perf_counter()
+            evolution.config = config.model_copy(update={"decision_head": head})
+            evolution.rule, calibrated = evolution.calibrate()
+            holdout = evolution.evaluate()["overall"]
+            row = {"caution": evolution.rule.caution, "head_fitted": evolution.rule.head is not None,
+                   "calibration": {k: calibrated[k] for k in OWN[:4]},
+                   "holdout": {k: holdout[k] for k in OWN}, "seconds": time.perf_counter() - started}
+            out["rounds"][str(t)][head] = row
+            print(f"round {t} head {head:8s}: caution {row['caution']:+.2f}; holdout own-TSR "
+                  f"{holdout['own_tsr']:.3f} own-ASR {holdout['own_asr']:.3f} own-HCR {holdout['own_hcr']:.3f} "
+                  f"own over-refusal {holdout['own_over_refusal']:.3f}; end to end ASR {holdout['asr']:.3f} "
+                  f"HCR {holdout['hcr']:.3f} ({row['seconds']:.0f}s)", flush=True)
+            write_json_atomic(ROOT / "bench" / "out" / f"head-{run.name}.json", out)
+
+
+if __name__ == "__main__":
+    main()
