@@ -22,32 +22,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.evolve_run import add_run_arguments, load_run  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a far evolve output folder with summary.json")
     parser.add_argument("--split", choices=("holdout", "check"), default="holdout")
-    parser.add_argument("--rounds", default=None, help="comma-separated rounds (default: every saved one)")
-    parser.add_argument("--config", type=Path, default=None, help="the run's config (default: <run>.yaml beside it)")
-    args = parser.parse_args()
-    run = args.run.resolve()
-    config_path = args.config or run.parent / f"{run.name}.yaml"
-    for path, what in ((run / "summary.json", "run"), (config_path, "--config")):
-        if not path.is_file():
-            parser.error(f"{what}: {path} not found (a finished far evolve run, and the config it read)")
-    summary = json.loads((run / "summary.json").read_text())
-    saved = [0] + [t for t in range(1, len(summary["rounds"])) if (run / f"adapter_round{t}").is_dir()]
-    try:
-        rounds = sorted({int(r) for r in args.rounds.split(",")}) if args.rounds else saved
-    except ValueError:
-        parser.error(f"--rounds: {args.rounds!r} is not a comma-separated list of round numbers")
-    if missing := [t for t in rounds if t not in saved]:
-        parser.error(f"--rounds: {missing} not saved in {run} (saved: {saved})")
-
+    add_run_arguments(parser)
+    args, finished, config, base = load_run(parser)
+    run, summary, rounds = finished.folder, finished.summary, finished.rounds
     import torch
 
-    torch.set_num_threads(1)  # beside other jobs on 2 cores
-    from evolve.config import load_evolve_config
     from evolve.decision_head import DecisionRule
     from evolve.loop import cautious_decisions, own_right_decision
     from evolve.policy_model import PolicyModel
@@ -55,7 +40,6 @@ def main() -> None:
     from rollout.io import write_json_atomic
     from rollout.suites import build_suite
 
-    config, base = load_evolve_config(config_path)
     suite = build_suite(config.suite, base)
     by_id = {s.id: s for split in ("train", "holdout") for s in suite.scenarios(split)}
     scenarios = [by_id[i] for i in summary[args.split]]

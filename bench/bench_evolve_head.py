@@ -13,44 +13,26 @@ Prints one line per (round, head) and writes bench/out/head-<run>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.evolve_run import add_run_arguments, load_run  # noqa: E402
+
 OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal", "own_separation", "asr", "hcr", "tsr", "over_refusal")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run", type=Path, help="a far evolve output folder with summary.json")
-    parser.add_argument("--rounds", default=None, help="comma-separated rounds (default: every saved one)")
-    parser.add_argument("--config", type=Path, default=None, help="the run's config (default: <run>.yaml beside it)")
-    args = parser.parse_args()
-    run = args.run.resolve()
-    config_path = args.config or run.parent / f"{run.name}.yaml"
-    for path, what in ((run / "summary.json", "run"), (config_path, "--config")):
-        if not path.is_file():
-            parser.error(f"{what}: {path} not found (a finished far evolve run, and the config it read)")
-    summary = json.loads((run / "summary.json").read_text())
-    saved = [0] + [t for t in range(1, len(summary["rounds"])) if (run / f"adapter_round{t}").is_dir()]
-    try:
-        rounds = sorted({int(r) for r in args.rounds.split(",")}) if args.rounds else saved
-    except ValueError:
-        parser.error(f"--rounds: {args.rounds!r} is not a comma-separated list of round numbers")
-    if missing := [t for t in rounds if t not in saved]:
-        parser.error(f"--rounds: {missing} not saved in {run} (saved: {saved})")
-
-    import torch
-
-    torch.set_num_threads(1)  # beside other jobs on 2 cores
-    from evolve.config import load_evolve_config
+    add_run_arguments(parser)
+    _, finished, config, base = load_run(parser)
+    run, config_path, summary, rounds = finished.folder, finished.config, finished.summary, finished.rounds
     from evolve.loop import Evolution
     from rollout.io import write_json_atomic
 
-    config, base = load_evolve_config(config_path)
     if not config.calibration_size:
         parser.error(f"--config: {config_path} has calibration_size 0: no slice to fit a rule on")
     evolution = Evolution(config, base)
