@@ -824,7 +824,8 @@ class Evolution:
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
                 self.rule, calibrated = self.calibrate()
                 head = " on a decision head" if self.rule.head else ""
-                self.progress(f"    caution {self.rule.caution:+.3f}{head} (calibration slice, out of fold: "
+                fold = ", out of fold" if self.rule.head else ""  # the head's scores there: ``cross_fitted``
+                self.progress(f"    caution {self.rule.caution:+.3f}{head} (calibration slice{fold}: "
                               f"{_line(_own(calibrated))})")
             # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
             # PFPO or the decision rule changed the decisions since, the check slice has been decided on it already
