@@ -69,18 +69,21 @@ def cross_fitted(logp: Sequence[Sequence[float]], labels: Sequence[str], groups:
                  ) -> list[list[float]]:
     """Each input's head scores from a head fitted without its template (``groups``; scikit-learn's
     ``GroupKFold``, ``FOLDS`` folds or one per template if fewer): what the fitted head will score on the
-    holdout's unseen templates, where the caution must hold. A fold whose rest holds one decision only scores
-    it as the raw log-probabilities do (no head), as ``fit_head`` would leave it. With one template, in-sample."""
+    holdout's unseen templates, where the caution must hold. With one template, or a fold whose rest holds one
+    decision only, the head fitted on every input scores them in sample: the caution is fitted on one scale, the
+    head's, never on a mix of it and raw log-probabilities (None from ``fit_head``: the raw ones throughout)."""
     from sklearn.model_selection import GroupKFold
 
     rows = [list(r) for r in logp]
+    whole = fit_head(rows, labels)
+    if whole is None:
+        return rows
     if len(set(groups)) < 2:
-        head = fit_head(rows, labels)
-        return head.scores(rows) if head else rows
+        return whole.scores(rows)
     out: list[list[float]] = [[] for _ in rows]
     for train, test in GroupKFold(n_splits=min(FOLDS, len(set(groups)))).split(rows, labels, list(groups)):
-        head = fit_head([rows[i] for i in train], [labels[i] for i in train])
-        scored = head.scores([rows[i] for i in test]) if head else [rows[i] for i in test]
+        head = fit_head([rows[i] for i in train], [labels[i] for i in train]) or whole
+        scored = head.scores([rows[i] for i in test])
         for i, row in zip(test, scored):
             out[i] = row
     return out

@@ -1164,6 +1164,11 @@ def test_cross_fitted_scores_never_see_their_own_template():
     after = cross_fitted(logp, flipped, groups)
     assert all(before[i] == after[i] for i, g in enumerate(groups) if g == "t3")
     assert any(before[i] != after[i] for i, g in enumerate(groups) if g != "t3")
+    # two templates, one decision each: no fold's rest can be separated, so every input is scored by the head
+    # fitted on all of them (one scale for the caution), not by raw log-probabilities
+    two = ["a" if label == "handle" else "b" for label in labels]
+    sorted_labels = ["handle" if g == "a" else "refuse" for g in two]
+    assert cross_fitted(logp, sorted_labels, two) == fit_head(logp, sorted_labels).scores(logp)
 
 
 @pytest.mark.parametrize("decision_head", ["logistic", "none"])
