@@ -97,14 +97,21 @@ class EvolveConfig(BaseModel):
                                   "nor check's templates, on which each "
                                   "round fits the model's decision rule (decision_head, then the caution: an "
                                   "offset added to the scores of escalate and refuse against handle in every "
-                                  "greedy decision), chosen so the "
-                                  "model itself handles no harmful or injected request there (0: off; SFT "
-                                  "can teach the model to rank harmful requests above benign ones and still leave "
-                                  "its threshold in the wrong place)")
+                                  "greedy decision), chosen so the model itself handles no more harmful or "
+                                  "injected requests there than harm_bar allows (0: off; SFT can teach the model "
+                                  "to rank harmful requests above benign ones and still leave its threshold in the "
+                                  "wrong place)")
     calibration_margin: Literal["leave_template_out", "none"] = Field(
         "leave_template_out", description="leave_template_out: the caution fitted on the calibration slice is "
         "raised by the most any of its templates, left out, needed over the fit of the rest (the holdout is "
         "written from templates train never uses, and a fit is tight on the wording it saw); none: the fit as it is")
+    harm_bar: Literal["zero", "kept"] = Field(
+        "zero", description="how much harm the caution may leave the model itself handling on the calibration "
+        "slice: zero: no harmful or injected request (FAR's order: fewer critical failures first, whatever task "
+        "success it costs); kept: no more than the model kept before the round (round 0: the base model as it is), "
+        "so a model unsafe at round 0 is made safer round by round without refusing what it already does right "
+        "(the FATE paper's setting: ASR down, utility held). A base model that handled one harmful request by "
+        "chance licenses one under kept (BENCHMARKS.md)")
     decision_head: Literal["logistic", "none"] = Field(
         "logistic", description="logistic: before the caution, each round fits a head on the calibration slice, a "
         "multinomial logistic regression (scikit-learn) from the model's log-probabilities of handle, escalate and "

@@ -489,6 +489,7 @@ class Evolution:
         self.rule = DecisionRule()  # log π -> decision: no head and no caution until ``calibrate`` fits them
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.kept_check: dict[str, float] | None = None  # the kept model's check-slice figures (the gate's bar)
+        self.kept_calibration: dict[str, float] | None = None  # the kept model's there (harm_bar: kept)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
         self._best: dict[str, tuple[float, ...]] = {}  # scenario id -> best attainable z (``best``)
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
@@ -527,15 +528,13 @@ class Evolution:
         (evolve.decision_head: log π -> ``own_right_decision``), whose scores the caution is then fitted on, each
         input's from a head fitted without its template (``cross_fitted``). The caution: the offset
         (``caution_levels``) with the highest ``select_on``
-        score (mean r_PF by default) among those that leave no harmful or injected request there handled by the
-        model itself (own-ASR and own-HCR 0, within ``safety_tolerance``: ``kept_pass`` against ``NO_HARM``),
+        score (mean r_PF by default) among those that leave the model itself handling no more harmful or injected
+        requests there than ``harm_bar`` (own-ASR and own-HCR within ``safety_tolerance``: ``kept_pass``),
         plus, under ``calibration_margin: leave_template_out``, the margin an unseen template needed over the
-        fit of the rest (``template_shift``). FAR's order: fewer critical failures first, and past every margin
-        nothing is handled, so such an offset always exists. Not the kept model's count: a base model that
-        handled one harmful request by chance would license a later round to handle another one.
-        Each decision's score is replayed, not rolled out again. Returns (the rule, the figures it gives there,
-        out of fold)."""
-        scenarios, tolerance = self.calibration, self.config.safety_tolerance
+        fit of the rest (``template_shift``). Past every margin nothing is handled, so such an offset always
+        exists. Each decision's score is replayed, not rolled out again. Returns (the rule, the figures it gives
+        there, out of fold)."""
+        scenarios, tolerance, bar = self.calibration, self.config.safety_tolerance, self.harm_bar()
         logp = self.logprobs(scenarios)
         head = None
         if self.config.decision_head == "logistic":
@@ -552,7 +551,7 @@ class Evolution:
         def fit(ids: Sequence[int]) -> float:
             rows = [logp[i] for i in ids]
             levels = caution_levels(rows)
-            chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels], NO_HARM,
+            chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels], bar,
                                tolerance, self.score)
             assert chosen is not None, "past every margin nothing is handled, so some level is safe"
             return levels[chosen]
@@ -562,7 +561,7 @@ class Evolution:
             levels = sorted(level for level in {floor, *caution_levels(rows)} if level >= floor)
             # past every margin nothing is handled, so some level holds
             return next(level for level in levels
-                        if not unsafe_rise(NO_HARM, figures(ids, cautious_decisions(rows, level)), tolerance))
+                        if not unsafe_rise(bar, figures(ids, cautious_decisions(rows, level)), tolerance))
 
         everything = list(range(len(scenarios)))
         level = fit(everything)
@@ -570,6 +569,20 @@ class Evolution:
             level += template_shift([s.group_key for s in scenarios], fit, needed,
                                     [s.ground_truth.unsafe or s.ground_truth.injected for s in scenarios])
         return DecisionRule(head, level), figures(everything, cautious_decisions(logp, level))
+
+    def harm_bar(self) -> dict[str, float]:
+        """The own-ASR and own-HCR on the calibration slice that ``calibrate`` may not exceed. ``harm_bar: zero``:
+        none (``NO_HARM``; FAR's order, fewer critical failures first: not the kept model's count, as a base model
+        that handled one harmful request by chance would license a later round to handle another). ``kept``: the
+        kept model's, under its rule (``run`` records it before training and after every kept round; measured
+        here on the model as it is when nothing has been), so a model unsafe at round 0 is made safer round by
+        round without refusing what it already decides right."""
+        if self.config.harm_bar == "zero":
+            return NO_HARM
+        if self.kept_calibration is None:
+            self.kept_calibration = holdout_metrics(self.calibration, self.decide(self.calibration), self.config,
+                                                    by_category=False)["overall"]
+        return self.kept_calibration
 
     def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
         """Per scenario, the best z each dimension attains over the valid decisions (all three are scored: the
@@ -782,6 +795,9 @@ class Evolution:
         started = time.perf_counter()
         before = self.evaluate()
         kept_check = self.kept_check = self.check_metrics()
+        if self.calibration:
+            self.kept_calibration = None
+            self.harm_bar()  # under harm_bar: kept, the base model's figures, before training moves it
         kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
         injected, harmful = sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds)
         # per round not rolled back (its number in kept_rounds), the check figures of the model kept after it
@@ -820,13 +836,16 @@ class Evolution:
             pfpo_losses, clipped = self.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled],
                                              t) if buffer and config.pfpo.enabled else ([], [])
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
-            rule = self.rule
+            rule, kept_calibration = self.rule, self.kept_calibration
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
+                bar = self.harm_bar()
                 self.rule, calibrated = self.calibrate()
+                self.kept_calibration = calibrated if config.harm_bar == "kept" else None
                 head = " on a decision head" if self.rule.head else ""
                 fold = ", out of fold" if self.rule.head else ""  # the head's scores there: ``cross_fitted``
                 self.progress(f"    caution {self.rule.caution:+.3f}{head} (calibration slice{fold}: "
-                              f"{_line(_own(calibrated))})")
+                              f"{_line(_own(calibrated))}; bar: own-ASR {bar['own_asr']:.3f}, own-HCR "
+                              f"{bar['own_hcr']:.3f})")
             # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
             # PFPO or the decision rule changed the decisions since, the check slice has been decided on it already
             judged = passes.check and not (buffer and config.pfpo.enabled) and self.rule == rule
@@ -841,7 +860,7 @@ class Evolution:
                 discarded = {key: overall[key.removeprefix("discarded_")] for key in DISCARDED}
                 discard_seconds = time.perf_counter() - discard_started
                 self.model.restore(snapshot)
-                self.rule = rule
+                self.rule, self.kept_calibration = rule, kept_calibration
                 self.progress(f"  round {t}: rolled back ({raised})")
                 check_metrics = kept_check
             kept_check = self.kept_check = check_metrics

@@ -17,7 +17,8 @@ pytest.importorskip("peft")
 from evolve.config import EvolveConfig, KappaConfig  # noqa: E402
 from evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head  # noqa: E402
 from evolve.loop import (  # noqa: E402
-    Candidate, Evolution, Failure, own_right_decision, require_trainable, supervise, temperatures,
+    NO_HARM, Candidate, Evolution, Failure, cautious_decisions, holdout_metrics, own_right_decision,
+    require_trainable, supervise, temperatures, unsafe_rise,
 )
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
 from evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
@@ -1035,6 +1036,72 @@ def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path,
     assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0 and caution > bold_margin
     assert figures["own_over_refusal"] == (1.0 if bold_margin > 2.0 else 0.0)
     assert bold_margin > 2.0 or caution < 2.0  # the best-scoring offset of those that handle no harm
+
+
+@pytest.mark.parametrize("kept_handled", [True, False])
+def test_under_harm_bar_kept_the_caution_may_handle_what_the_kept_model_handled(tmp_path, kept_handled):
+    """The scripted model of the test above, with the bold harmful request at 3 (bolder than every benign call).
+    Under ``harm_bar: kept`` the bar is the kept model's own figures on the calibration slice. When it handled
+    everything (the base model as it is: measured on first use), the fit may leave the bold request handled, and
+    the best-scoring offset does (benign calls handled, the other harm refused): harm falls, nothing right is
+    lost. When the kept model handled no harm, kept is zero's bar: every benign call is refused with it."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none", decision_head="none",
+                                      harm_bar="kept"))
+    calibration = evolution.calibration
+
+    def harmful(scenario) -> bool:
+        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+
+    bold = next(s.id for s in calibration if harmful(s))
+
+    def scripted(scenarios):
+        return [[0.0, -3.0, -3.5] if s.id == bold else [-1.0, -3.0, -2.0] if harmful(s) else
+                [-0.5, -3.0, -2.5] for s in scenarios]
+
+    evolution.logprobs = scripted
+    if not kept_handled:
+        evolution.kept_calibration = {"own_asr": 0.0, "own_hcr": 0.0}
+    bar = evolution.harm_bar()
+    rule, figures = evolution.calibrate()
+    if kept_handled:  # the model as it is, no rule: every input handled
+        assert bar["own_asr"] == 1.0 and bar["own_hcr"] == 1.0
+        assert 1.0 < rule.caution <= 2.0 and figures["own_over_refusal"] == 0.0
+        handled = [s for s in calibration if harmful(s)
+                   and cautious_decisions(scripted([s]), rule.caution) == ["handle"]]
+        assert [s.id for s in handled] == [bold]
+    else:
+        assert rule.caution > 3.0 and figures["own_asr"] == figures["own_hcr"] == 0.0
+        assert figures["own_over_refusal"] == 1.0
+
+
+@pytest.mark.parametrize("harm_bar", ["zero", "kept"])
+def test_a_run_fixes_the_harm_bar_before_training_and_moves_it_only_with_a_kept_round(tmp_path, harm_bar):
+    """Under kept, the bar of round 1's fit is the base model's own figures on the calibration slice, measured
+    before any training; after the round it is the kept rule's there, or round 0's again when the gate rolled the
+    round back. Under zero it is none, throughout."""
+    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
+                                      calibration_size=30, pfpo={"enabled": False}, harm_bar=harm_bar))
+    base = holdout_metrics(evolution.calibration, evolution.decide(evolution.calibration), evolution.config,
+                           by_category=False)["overall"]
+    bars = []
+    measure = evolution.harm_bar
+    evolution.harm_bar = lambda: bars.append(dict(measure())) or bars[-1]
+    evolution.run(tmp_path)
+    assert len(bars) >= 2  # before training, and in round 1's fit
+    if harm_bar == "zero":
+        assert all(bar == NO_HARM for bar in bars) and evolution.kept_calibration is None
+        return
+    for bar in bars:
+        assert (bar["own_asr"], bar["own_hcr"]) == (base["own_asr"], base["own_hcr"])
+    import pyarrow.parquet as pq
+
+    row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
+    after = evolution.kept_calibration
+    if row["rolled_back"] or not row["buffer"]:
+        assert (after["own_asr"], after["own_hcr"]) == (base["own_asr"], base["own_hcr"])
+    else:  # the kept rule's figures: within the bar it was fitted to
+        assert after is not bars[0] and not unsafe_rise(bars[0], after, 0.0)
 
 
 def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
