@@ -47,7 +47,8 @@ def main() -> None:
         for head in ("none", "logistic"):
             started = time.perf_counter()
             evolution.config = config.model_copy(update={"decision_head": head})
-            evolution.rule, calibrated = evolution.calibrate()
+            fitted = evolution.calibrate()
+            evolution.rule, calibrated = fitted.rule, fitted.figures
             holdout = evolution.evaluate()["overall"]
             row = {"caution": evolution.rule.caution, "head_fitted": evolution.rule.head is not None,
                    "calibration": {k: calibrated[k] for k in OWN[:4]},

@@ -335,6 +335,16 @@ class Passes:
     safe: int = 0  # passes that raised neither own-ASR nor own-HCR
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """A decision rule fitted on the calibration slice (``Evolution.calibrate``): the rule, the figures it gives
+    there and its decisions, one per input (out of fold under a head), and the harm bar it was held to there."""
+    rule: DecisionRule
+    figures: dict[str, float]
+    decisions: list[str]
+    bar: dict[str, float]
+
+
 def own_right_decision(scenario: Scenario) -> str:
     """The decision the edge model should make on its own: refuse what is harmful or injected, escalate what
     only the cloud can complete, handle the rest."""
@@ -489,7 +499,7 @@ class Evolution:
         self.rule = DecisionRule()  # log π -> decision: no head and no caution until ``calibrate`` fits them
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, decision)
         self.kept_check: dict[str, float] | None = None  # the kept model's check-slice figures (the gate's bar)
-        self.kept_calibration: dict[str, float] | None = None  # the kept model's there (harm_bar: kept)
+        self.kept_calibration: list[str] | None = None  # the kept model's decisions there (harm_bar: kept)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
         self._best: dict[str, tuple[float, ...]] = {}  # scenario id -> best attainable z (``best``)
         run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
@@ -523,18 +533,19 @@ class Evolution:
         with torch.inference_mode():
             return self.model.option_logprobs(prompts, DECISIONS).cpu().tolist()
 
-    def calibrate(self) -> tuple[DecisionRule, dict[str, float]]:
+    def calibrate(self) -> Calibration:
         """Fit the decision rule on the calibration slice. Under ``decision_head: logistic``, first the head
         (evolve.decision_head: log π -> ``own_right_decision``), whose scores the caution is then fitted on, each
         input's from a head fitted without its template (``cross_fitted``). The caution: the offset
         (``caution_levels``) with the highest ``select_on``
         score (mean r_PF by default) among those that leave the model itself handling no more harmful or injected
-        requests there than ``harm_bar`` (own-ASR and own-HCR within ``safety_tolerance``: ``kept_pass``),
-        plus, under ``calibration_margin: leave_template_out``, the margin an unseen template needed over the
-        fit of the rest (``template_shift``). Past every margin nothing is handled, so such an offset always
-        exists. Each decision's score is replayed, not rolled out again. Returns (the rule, the figures it gives
-        there, out of fold)."""
-        scenarios, tolerance, bar = self.calibration, self.config.safety_tolerance, self.harm_bar()
+        requests there than ``harm_bar`` allows (own-ASR and own-HCR within ``safety_tolerance``: ``kept_pass``;
+        zero: none; kept: no more than the kept model's decisions on the same inputs, ``kept_decisions``), plus,
+        under ``calibration_margin: leave_template_out``, the margin an unseen template needed over the fit of
+        the rest (``template_shift``; on that template, under kept, against the kept model's decisions there).
+        Past every margin nothing is handled, so such an offset always exists. Each decision's score is
+        replayed, not rolled out again."""
+        scenarios, tolerance, kept = self.calibration, self.config.safety_tolerance, self.kept_decisions()
         logp = self.logprobs(scenarios)
         head = None
         if self.config.decision_head == "logistic":
@@ -548,10 +559,13 @@ class Evolution:
             return holdout_metrics([scenarios[i] for i in ids], [scored[d][i] for i, d in zip(ids, decisions)],
                                    self.config, by_category=False)["overall"]
 
+        def bar(ids: Sequence[int]) -> dict[str, float]:
+            return NO_HARM if kept is None else figures(ids, [kept[i] for i in ids])
+
         def fit(ids: Sequence[int]) -> float:
             rows = [logp[i] for i in ids]
             levels = caution_levels(rows)
-            chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels], bar,
+            chosen = kept_pass([figures(ids, cautious_decisions(rows, level)) for level in levels], bar(ids),
                                tolerance, self.score)
             assert chosen is not None, "past every margin nothing is handled, so some level is safe"
             return levels[chosen]
@@ -561,27 +575,27 @@ class Evolution:
             levels = sorted(level for level in {floor, *caution_levels(rows)} if level >= floor)
             # past every margin nothing is handled, so some level holds
             return next(level for level in levels
-                        if not unsafe_rise(bar, figures(ids, cautious_decisions(rows, level)), tolerance))
+                        if not unsafe_rise(bar(ids), figures(ids, cautious_decisions(rows, level)), tolerance))
 
         everything = list(range(len(scenarios)))
         level = fit(everything)
         if self.config.calibration_margin == "leave_template_out":
             level += template_shift([s.group_key for s in scenarios], fit, needed,
                                     [s.ground_truth.unsafe or s.ground_truth.injected for s in scenarios])
-        return DecisionRule(head, level), figures(everything, cautious_decisions(logp, level))
+        decisions = cautious_decisions(logp, level)
+        return Calibration(DecisionRule(head, level), figures(everything, decisions), decisions, bar(everything))
 
-    def harm_bar(self) -> dict[str, float]:
-        """The own-ASR and own-HCR on the calibration slice that ``calibrate`` may not exceed. ``harm_bar: zero``:
-        none (``NO_HARM``; FAR's order, fewer critical failures first: not the kept model's count, as a base model
+    def kept_decisions(self) -> list[str] | None:
+        """What bounds the harm ``calibrate`` may leave handled on the calibration slice. ``harm_bar: zero``: None,
+        no harm at all (FAR's order, fewer critical failures first: not the kept model's count, as a base model
         that handled one harmful request by chance would license a later round to handle another). ``kept``: the
-        kept model's, under its rule (``run`` records it before training and after every kept round; measured
-        here on the model as it is when nothing has been), so a model unsafe at round 0 is made safer round by
-        round without refusing what it already decides right."""
+        kept model's decisions there, one per input, under its rule (``run`` records them before training and
+        after every kept round, out of fold as fitted; here the model as it is decides when nothing has been), so
+        a model unsafe at round 0 is made safer round by round without refusing what it already decides right."""
         if self.config.harm_bar == "zero":
-            return NO_HARM
+            return None
         if self.kept_calibration is None:
-            self.kept_calibration = holdout_metrics(self.calibration, self.decide(self.calibration), self.config,
-                                                    by_category=False)["overall"]
+            self.kept_calibration = [scored.decision for scored in self.decide(self.calibration)]
         return self.kept_calibration
 
     def best(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
@@ -797,7 +811,7 @@ class Evolution:
         kept_check = self.kept_check = self.check_metrics()
         if self.calibration:
             self.kept_calibration = None
-            self.harm_bar()  # under harm_bar: kept, the base model's figures, before training moves it
+            self.kept_decisions()  # under harm_bar: kept, the base model's, before training moves it
         kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
         injected, harmful = sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds)
         # per round not rolled back (its number in kept_rounds), the check figures of the model kept after it
@@ -838,14 +852,14 @@ class Evolution:
             timed["pfpo"] = time.perf_counter() - round_started - sum(timed.values())
             rule, kept_calibration = self.rule, self.kept_calibration
             if self.calibration and buffer:  # the threshold of the model SFT left, fitted apart from check
-                bar = self.harm_bar()
-                self.rule, calibrated = self.calibrate()
-                self.kept_calibration = calibrated if config.harm_bar == "kept" else None
+                calibrated = self.calibrate()
+                self.rule = calibrated.rule
+                self.kept_calibration = calibrated.decisions if config.harm_bar == "kept" else None
                 head = " on a decision head" if self.rule.head else ""
                 fold = ", out of fold" if self.rule.head else ""  # the head's scores there: ``cross_fitted``
                 self.progress(f"    caution {self.rule.caution:+.3f}{head} (calibration slice{fold}: "
-                              f"{_line(_own(calibrated))}; bar: own-ASR {bar['own_asr']:.3f}, own-HCR "
-                              f"{bar['own_hcr']:.3f})")
+                              f"{_line(_own(calibrated.figures))}; harm_bar {config.harm_bar}: own_asr "
+                              f"{calibrated.bar['own_asr']:.3f}, own_hcr {calibrated.bar['own_hcr']:.3f})")
             # SFT judged its passes on the check slice and left the kept one (the last when none was safe): unless
             # PFPO or the decision rule changed the decisions since, the check slice has been decided on it already
             judged = passes.check and not (buffer and config.pfpo.enabled) and self.rule == rule

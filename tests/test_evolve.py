@@ -17,8 +17,8 @@ pytest.importorskip("peft")
 from evolve.config import EvolveConfig, KappaConfig  # noqa: E402
 from evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head  # noqa: E402
 from evolve.loop import (  # noqa: E402
-    NO_HARM, Candidate, Evolution, Failure, cautious_decisions, holdout_metrics, own_right_decision,
-    require_trainable, supervise, temperatures, unsafe_rise,
+    NO_HARM, Candidate, Evolution, Failure, own_right_decision, require_trainable, supervise, temperatures,
+    unsafe_rise,
 )
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
 from evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
@@ -1002,7 +1002,8 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
         return [[-1.0, -3.0, -2.0] if harmful(s) else [-0.5, -3.0, -2.5] for s in scenarios]
 
     evolution.logprobs = scripted
-    rule, figures = evolution.calibrate()
+    fitted = evolution.calibrate()
+    rule, figures = fitted.rule, fitted.figures
     caution = rule.caution
     assert rule.head is None and 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
     assert figures["own_over_refusal"] == 0.0
@@ -1031,7 +1032,8 @@ def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path,
                 [-0.5, -3.0, -2.5] for s in scenarios]
 
     evolution.logprobs = scripted
-    rule, figures = evolution.calibrate()
+    fitted = evolution.calibrate()
+    rule, figures = fitted.rule, fitted.figures
     caution = rule.caution
     assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0 and caution > bold_margin
     assert figures["own_over_refusal"] == (1.0 if bold_margin > 2.0 else 0.0)
@@ -1041,8 +1043,8 @@ def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path,
 @pytest.mark.parametrize("kept_handled", [True, False])
 def test_under_harm_bar_kept_the_caution_may_handle_what_the_kept_model_handled(tmp_path, kept_handled):
     """The scripted model of the test above, with the bold harmful request at 3 (bolder than every benign call).
-    Under ``harm_bar: kept`` the bar is the kept model's own figures on the calibration slice. When it handled
-    everything (the base model as it is: measured on first use), the fit may leave the bold request handled, and
+    Under ``harm_bar: kept`` the bar is the kept model's decisions on the calibration slice. When it handled
+    everything (the base model as it is: decided on first use), the fit may leave the bold request handled, and
     the best-scoring offset does (benign calls handled, the other harm refused): harm falls, nothing right is
     lost. When the kept model handled no harm, kept is zero's bar: every benign call is refused with it."""
     evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none", decision_head="none",
@@ -1060,48 +1062,79 @@ def test_under_harm_bar_kept_the_caution_may_handle_what_the_kept_model_handled(
 
     evolution.logprobs = scripted
     if not kept_handled:
-        evolution.kept_calibration = {"own_asr": 0.0, "own_hcr": 0.0}
-    bar = evolution.harm_bar()
-    rule, figures = evolution.calibrate()
+        evolution.kept_calibration = ["refuse" if harmful(s) else "handle" for s in calibration]
+    fitted = evolution.calibrate()
+    rule, figures = fitted.rule, fitted.figures
     if kept_handled:  # the model as it is, no rule: every input handled
-        assert bar["own_asr"] == 1.0 and bar["own_hcr"] == 1.0
+        assert evolution.kept_decisions() == ["handle"] * len(calibration)
+        assert fitted.bar["own_asr"] == 1.0 and fitted.bar["own_hcr"] == 1.0
         assert 1.0 < rule.caution <= 2.0 and figures["own_over_refusal"] == 0.0
-        handled = [s for s in calibration if harmful(s)
-                   and cautious_decisions(scripted([s]), rule.caution) == ["handle"]]
+        handled = [s for s, d in zip(calibration, fitted.decisions) if harmful(s) and d == "handle"]
         assert [s.id for s in handled] == [bold]
     else:
+        assert fitted.bar == {**fitted.bar, **NO_HARM}
         assert rule.caution > 3.0 and figures["own_asr"] == figures["own_hcr"] == 0.0
         assert figures["own_over_refusal"] == 1.0
 
 
 @pytest.mark.parametrize("harm_bar", ["zero", "kept"])
+def test_under_harm_bar_kept_a_template_is_held_to_the_kept_models_decisions_on_it(tmp_path, harm_bar):
+    """The margin test's model below: one harmful template bold (handle margin 1.5), the other harm at 1, the
+    rest at 2.5. The kept model handled the bold template's requests and refused the other harm. Left out, the
+    bold template is held to what the kept model did on it, not to the slice's pooled rate: under kept no margin
+    is added, and the rule decides as the kept model did (harm falls no further, nothing right is lost). Under
+    zero the margin takes the caution past 1.5 and the bold template is refused."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, harm_bar=harm_bar, decision_head="none"))
+    calibration = evolution.calibration
+
+    def harmful(scenario) -> bool:
+        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+
+    bold = next(s.group_key for s in calibration if harmful(s))
+    others = {s.group_key for s in calibration if harmful(s)} - {bold}
+    assert others  # a second harmful template: the pooled rate is below the bold template's
+
+    def scripted(scenarios):
+        return [[-1.5, -3.5, -3.0] if s.group_key == bold else [-1.0, -3.0, -2.0] if harmful(s) else
+                [-0.5, -3.5, -3.0] for s in scenarios]
+
+    evolution.logprobs = scripted
+    kept = ["handle" if s.group_key == bold or not harmful(s) else "refuse" for s in calibration]
+    evolution.kept_calibration = kept
+    fitted = evolution.calibrate()
+    if harm_bar == "kept":
+        assert 1.0 < fitted.rule.caution <= 1.5 and fitted.decisions == kept
+    else:
+        assert fitted.rule.caution == pytest.approx(2.0)
+        assert fitted.decisions == ["refuse" if harmful(s) else "handle" for s in calibration]
+
+
+@pytest.mark.parametrize("harm_bar", ["zero", "kept"])
 def test_a_run_fixes_the_harm_bar_before_training_and_moves_it_only_with_a_kept_round(tmp_path, harm_bar):
-    """Under kept, the bar of round 1's fit is the base model's own figures on the calibration slice, measured
-    before any training; after the round it is the kept rule's there, or round 0's again when the gate rolled the
-    round back. Under zero it is none, throughout."""
+    """Under kept, round 1's fit is held to the base model's decisions on the calibration slice, made before any
+    training; after the round the bar is the kept rule's decisions there (out of fold, as fitted), or round 0's
+    again when the gate rolled the round back. Under zero there is none, throughout."""
+    import pyarrow.parquet as pq
+
     kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
     evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
                                       calibration_size=30, pfpo={"enabled": False}, harm_bar=harm_bar))
-    base = holdout_metrics(evolution.calibration, evolution.decide(evolution.calibration), evolution.config,
-                           by_category=False)["overall"]
-    bars = []
-    measure = evolution.harm_bar
-    evolution.harm_bar = lambda: bars.append(dict(measure())) or bars[-1]
+    base = [scored.decision for scored in evolution.decide(evolution.calibration)]
+    fits = []
+    calibrate = evolution.calibrate
+    evolution.calibrate = lambda: fits.append((list(evolution.kept_calibration or []), calibrate())) or fits[-1][1]
     evolution.run(tmp_path)
-    assert len(bars) >= 2  # before training, and in round 1's fit
-    if harm_bar == "zero":
-        assert all(bar == NO_HARM for bar in bars) and evolution.kept_calibration is None
-        return
-    for bar in bars:
-        assert (bar["own_asr"], bar["own_hcr"]) == (base["own_asr"], base["own_hcr"])
-    import pyarrow.parquet as pq
-
     row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
-    after = evolution.kept_calibration
+    assert len(fits) == (1 if row["buffer"] else 0)
+    if harm_bar == "zero":
+        assert all(fitted.bar == NO_HARM for _, fitted in fits) and evolution.kept_calibration is None
+        return
+    assert all(held == base for held, _ in fits)  # round 1 is held to the base model's decisions
     if row["rolled_back"] or not row["buffer"]:
-        assert (after["own_asr"], after["own_hcr"]) == (base["own_asr"], base["own_hcr"])
-    else:  # the kept rule's figures: within the bar it was fitted to
-        assert after is not bars[0] and not unsafe_rise(bars[0], after, 0.0)
+        assert evolution.kept_calibration == base
+    else:  # the kept rule's decisions, within the bar they were fitted to
+        assert evolution.kept_calibration == fits[0][1].decisions
+        assert not unsafe_rise(fits[0][1].bar, fits[0][1].figures, 0.0)
 
 
 def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
@@ -1123,7 +1156,7 @@ def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
                     [-0.5, -3.5, -3.0] for s in scenarios]
 
         evolution.logprobs = scripted
-        evolution.rule, figures = evolution.calibrate()
+        evolution.rule = evolution.calibrate().rule
         fitted[margin] = evolution.rule.caution
         decided = [d.decision for d in evolution.decide(calibration)]
         assert decided == ["refuse" if harmful(s) else "handle" for s in calibration]
@@ -1255,7 +1288,8 @@ def test_the_decision_head_refuses_harm_that_the_caution_alone_escalates(tmp_pat
         return [table[own_right_decision(s)] for s in scenarios]
 
     evolution.logprobs = scripted
-    evolution.rule, figures = evolution.calibrate()
+    fitted = evolution.calibrate()
+    evolution.rule, figures = fitted.rule, fitted.figures
     assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
     decided = [d.decision for d in evolution.decide(calibration)]
     if decision_head == "logistic":
