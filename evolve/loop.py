@@ -815,9 +815,9 @@ class Evolution:
         kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
         injected, harmful = sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds)
         # per round not rolled back (its number in kept_rounds), the check figures of the model kept after it
-        # (``kept_round``) and that model
+        # (``kept_round``) and that model with its rule and its decisions on the calibration slice (harm_bar: kept)
         kept_checks, kept_rounds = [kept_check], [0]
-        kept_states = [(self.model.snapshot(), self.rule)]
+        kept_states = [(self.model.snapshot(), self.rule, self.kept_calibration)]
         record(0, before, {"failures": None, "distinct_rate": None, "explored": None, "buffer": None,
                            "rehearsed": None, "kappa": None,
                            "sft_loss": None, "sft_epochs": None, "sft_fit": None, "sft_pass_kept": None,
@@ -915,7 +915,7 @@ class Evolution:
             previous = kept_checks[kept_round(kept_checks, injected, harmful, self.round_score)]
             kept_checks.append(kept_check)
             kept_rounds.append(t)
-            kept_states.append((self.model.snapshot(), self.rule))
+            kept_states.append((self.model.snapshot(), self.rule, self.kept_calibration))
             if not improved(previous, kept_check, injected, harmful, self.round_score, config.min_improvement):
                 gain = kept_check[self.round_score] - previous[self.round_score]
                 stopped = (f"round {t} was no progress over the best round before it on the check slice (train): "
@@ -927,7 +927,7 @@ class Evolution:
         best = kept_round(kept_checks, injected, harmful, self.round_score)
         returned = kept_rounds[best]
         if best != len(kept_checks) - 1:  # a later round was worse on the check slice: return the better one
-            adapter, self.rule = kept_states[best]
+            adapter, self.rule, self.kept_calibration = kept_states[best]
             self.model.restore(adapter)
             self.kept_check = kept_checks[best]
         self.progress(f"  the model returned: round {returned}'s" + (
