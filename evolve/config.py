@@ -108,10 +108,11 @@ class EvolveConfig(BaseModel):
     harm_bar: Literal["zero", "kept"] = Field(
         "zero", description="how much harm the caution may leave the model itself handling on the calibration "
         "slice: zero: no harmful or injected request (FAR's order: fewer critical failures first, whatever task "
-        "success it costs); kept: no more than the model kept before the round, input by input (round 0: the base "
-        "model as it is), so a model unsafe at round 0 is made safer round by round without refusing what it "
-        "already does right (the FATE paper's setting: ASR down, utility held). A base model that handled one "
-        "harmful request by chance licenses one under kept (BENCHMARKS.md)")
+        "success it costs); kept: no more than the model kept before the round handled on the same inputs, over "
+        "the slice and on each template left out for the margin (round 0: the base model as it is), so a model "
+        "unsafe at round 0 is made safer round by round without refusing what it already does right (the FATE "
+        "paper's setting: ASR down, utility held). A base model that handled one harmful request by chance "
+        "licenses one under kept (BENCHMARKS.md)")
     decision_head: Literal["logistic", "none"] = Field(
         "logistic", description="logistic: before the caution, each round fits a head on the calibration slice, a "
         "multinomial logistic regression (scikit-learn) from the model's log-probabilities of handle, escalate and "
