@@ -35,6 +35,8 @@ def main() -> None:
 
     if not config.calibration_size:
         parser.error(f"--config: {config_path} has calibration_size 0: no slice to fit a rule on")
+    if config.harm_bar != "zero":  # kept's bar is the run's history (each kept round's decisions): not replayed
+        parser.error(f"--config: {config_path} has harm_bar {config.harm_bar}: only harm_bar zero is replayed")
     evolution = Evolution(config, base)
     if [s.id for s in evolution.holdout] != summary["holdout"]:
         parser.error(f"--config: {config_path} draws another holdout than {run}'s summary.json")
