@@ -103,7 +103,8 @@ def baselines(seed: int, budget: int) -> dict:
 
     def measure(policy) -> dict:
         evaluation = evaluator.evaluate("winner", policy, "holdout")
-        scored = [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures)) for v in evaluation.verdicts]
+        scored = [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
+                  for v, t in zip(evaluation.verdicts, evaluation.trajectories)]
         overall = holdout_metrics(test, scored, config)["overall"]
         return {k: v for k, v in overall.items() if not k.startswith("own_")}  # no edge decision to read here
 

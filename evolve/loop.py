@@ -61,7 +61,8 @@ from evolve.task import (
 from rollout.errors import FarInputError
 from rollout.eval_only import refuse_eval_only
 from rollout.scenario import Scenario
-from verifiers.pareto import attainable, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution
+from verifiers.pareto import (attainable, cheapest_front, feasible, knee, pareto_front, r_pf, repairs,
+                              supervision_distribution)
 from verifiers.taxonomy import FailureKind, SuccessKind
 
 def require_trainable(scenarios: Sequence[Scenario]) -> None:
@@ -180,7 +181,9 @@ def supervise_with_rule(config: EvolveConfig, failure: Failure, candidates: Sequ
     thresholds = input_thresholds(kappa, failure.scenario, failure.best, config.attainable_kappa)
     repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z, thresholds)]
     feasible_idx = [i for i in repairing if feasible(candidates[i].scored.z, thresholds)]
-    front = {feasible_idx[i] for i in pareto_front([candidates[j].scored.z for j in feasible_idx])}
+    points = [candidates[j].scored.z for j in feasible_idx]
+    front = {feasible_idx[i] for i in (pareto_front(points) if config.front == "z" else
+                                        cheapest_front(points, [candidates[j].scored.cost for j in feasible_idx]))}
     bonus = [config.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
     q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
                                  [i in front for i in range(len(candidates))], config.beta)

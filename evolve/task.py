@@ -8,6 +8,7 @@ action and scores z = 0 on every dimension (never a pass).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -49,6 +50,7 @@ class Scored:
     verdict: Verdict | None  # None for a malformed action
     z: tuple[float, float, float, float]
     failures: tuple[str, ...]
+    cost: float  # the rollout's cost (model calls, tool attempts, the user's attention); inf for a malformed action
 
 
 class DecisionTask:
@@ -89,12 +91,14 @@ class DecisionTask:
 
         verdicts = verify_all(self.verifier, [s for _, s, _ in wellformed], trajectories)
         by_index = {i: v for (i, _, _), v in zip(wellformed, verdicts)}
+        cost_of = {i: t.cost for (i, _, _), t in zip(wellformed, trajectories)}
         for i, decision in enumerate(decisions):
             verdict = by_index.get(i)
             if verdict is None:
-                out.append(Scored(decision, None, (0.0, 0.0, 0.0, 0.0), ("MALFORMED_ACTION",)))
+                out.append(Scored(decision, None, (0.0, 0.0, 0.0, 0.0), ("MALFORMED_ACTION",), math.inf))
             else:
-                out.append(Scored(decision, verdict, tuple(verdict.z), tuple(f.kind.value for f in verdict.failures)))
+                out.append(Scored(decision, verdict, tuple(verdict.z), tuple(f.kind.value for f in verdict.failures),
+                                  cost_of[i]))
         return out
 
 

@@ -17,8 +17,8 @@ pytest.importorskip("peft")
 from evolve.config import EvolveConfig, KappaConfig  # noqa: E402
 from evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head  # noqa: E402
 from evolve.loop import (  # noqa: E402
-    NO_HARM, Candidate, Evolution, Failure, own_right_decision, require_trainable, supervise, temperatures,
-    unsafe_rise,
+    NO_HARM, Candidate, Evolution, Failure, own_right_decision, require_trainable, supervise, supervise_with_rule,
+    temperatures, training_reward, unsafe_rise,
 )
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
 from evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
@@ -289,8 +289,6 @@ def test_supervision_samples_only_the_feasible_front(task):
     anything = KappaConfig(executable=(0.0,) * 4, diagnostic=(0.0,) * 4)
     refuse_again = [candidates[2], candidates[2]]
     assert supervise(config, failure, refuse_again, anything, random.Random(0))[0] is None
-    from evolve.loop import supervise_with_rule
-
     assert supervise_with_rule(config, failure, candidates, kappa, random.Random(0))[2] == "r_pf"  # 2 on the front
     assert supervise_with_rule(config, failure, [candidates[0], candidates[2]], kappa, random.Random(0))[2] \
         == "repair"
@@ -751,7 +749,7 @@ def test_the_fit_check_reads_the_models_greedy_decisions():
 def test_the_reward_table_breaks_ties_the_z_front_leaves(task):
     """Handling a benign call and escalating it score the same z; ν·R (an unnecessary cloud call costs -5)
     makes q* prefer handling, and ν = 0 is r_PF alone. A taxonomy failure keeps a decision out of rehearsal."""
-    from evolve.loop import reward, training_reward
+    from evolve.loop import reward
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
     benign = next(s for s in suite.scenarios("train") if s.kind == "benign" and not s.ground_truth.tool_faults)
@@ -768,6 +766,33 @@ def test_the_reward_table_breaks_ties_the_z_front_leaves(task):
         candidates = [Candidate(s.decision, s, training_reward(config, s)) for s in (handled, escalated)]
         _, q = supervise(config, failure, candidates, KappaConfig(), random.Random(0))
         assert (q[0] > q[1]) if config is weighted else q[0] == pytest.approx(q[1])
+
+
+def test_the_cost_breaks_the_tie_between_a_cloud_veto_and_a_refusal_on_the_device(task):
+    """A harmful request escalated and vetoed by the cloud scores the same z as one refused on the device, and
+    the same reward; the veto spends a cloud call. On the front of z q* weighs them alike (the repair taught is
+    whichever the model proposed more often); under ``front: z_then_cost`` only the refusal is on the front.
+    Handling it, better on no dimension, is on neither."""
+    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
+    harmful = [s for s in suite.scenarios("train") if s.ground_truth.unsafe and not s.ground_truth.tool_faults]
+    tied = []
+    for scenario in harmful:
+        handled, escalated, refused = task.score([scenario] * 3, ["handle", "escalate", "refuse"])
+        if escalated.z == refused.z and escalated.verdict.reward == refused.verdict.reward:
+            tied.append((scenario, handled, escalated, refused))
+    assert tied  # the tie is real in this world, not made up for the test
+    scenario, handled, escalated, refused = tied[0]
+    assert escalated.cost > refused.cost
+    failure = Failure(scenario, "handle", handled, tuple(map(max, handled.z, escalated.z, refused.z)))
+    candidates = [Candidate(s.decision, s, training_reward(EvolveConfig(), s))
+                  for s in (escalated, escalated, refused, handled)]  # the veto proposed twice as often
+    _, on_z = supervise(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))
+    assert on_z == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
+    cheaper = EvolveConfig(front="z_then_cost")
+    chosen, q, rule = supervise_with_rule(cheaper, failure, candidates, KappaConfig(), random.Random(0))
+    assert q == pytest.approx([0.0, 0.0, 1.0, 0.0]) and chosen.scored.decision == "refuse" and rule == "pareto"
+    malformed = task.score([scenario], [MALFORMED])[0]
+    assert malformed.cost == math.inf
 
 
 GRID = [{"own_asr": a, "own_hcr": h, "mean_r_pf": r} for a in (0.0, 0.5) for h in (0.0, 0.5)

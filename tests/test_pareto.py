@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from verifiers.pareto import (
-    attainable, dominates, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution,
+    attainable, cheapest_front, dominates, dominates_or_cheaper, feasible, knee, pareto_front, r_pf, repairs,
+    supervision_distribution,
 )
 
 INF = math.inf
@@ -52,6 +53,47 @@ def test_front_is_exactly_the_undominated_points(points):
         assert (i in front) == (not dominated)
     if points:
         assert front  # a finite set always has an undominated point
+
+
+COSTS = (-INF, 0.0, 0.3, INF, math.nan)
+
+
+def test_cost_breaks_only_exact_ties_of_z_on_every_pair_of_the_grid():
+    for (a, b), cost_a, cost_b in itertools.product(PAIRS, COSTS, COSTS):
+        tied = [worst(x) for x in a] == [worst(x) for x in b]
+        cheaper = (INF if math.isnan(cost_a) else cost_a) < (INF if math.isnan(cost_b) else cost_b)
+        assert dominates_or_cheaper(a, cost_a, b, cost_b) == (dominates(a, b) or (tied and cheaper)), (a, b)
+        # antisymmetric, whatever the costs: a cost never outweighs an objective
+        assert not (dominates_or_cheaper(a, cost_a, b, cost_b) and dominates_or_cheaper(b, cost_b, a, cost_a))
+        if dominates(b, a):
+            assert not dominates_or_cheaper(a, cost_a, b, cost_b)
+
+
+def test_cheapest_front_drops_the_costlier_of_equal_points_only():
+    veto, refusal, handled = (1.0, 0.0, 1.0, 1.0), (1.0, 0.0, 1.0, 1.0), (0.0, 1.0, 1.0, 1.0)
+    # the cloud veto costs a cloud call the device refusal does not; handling is better on utility, worse on
+    # security, so it stays on the front however much it costs
+    assert pareto_front([veto, refusal, handled]) == [0, 1, 2]
+    assert cheapest_front([veto, refusal, handled], [1.3, 0.1, 9.0]) == [1, 2]
+    assert cheapest_front([veto, refusal], [0.1, 0.1]) == [0, 1]  # equal at equal cost: both kept
+    assert cheapest_front([veto, refusal], [math.nan, INF]) == [0, 1]  # unknown cost is +inf
+    assert cheapest_front([], []) == []
+    with pytest.raises(ValueError):
+        cheapest_front([veto], [])
+
+
+@given(st.lists(st.tuples(st.tuples(*[st.sampled_from(VALUES)] * 3), st.sampled_from(COSTS)), max_size=8))
+def test_cheapest_front_is_within_the_front_and_equals_it_at_equal_cost(items):
+    points, costs = [p for p, _ in items], [c for _, c in items]
+    front, cheapest = set(pareto_front(points)), set(cheapest_front(points, costs))
+    assert cheapest <= front
+    assert set(cheapest_front(points, [0.0] * len(points))) == front
+    if points:
+        assert cheapest  # a finite set always has a point nothing beats
+    for i in front - cheapest:  # left out only for an equal point that costs less
+        assert any(j != i and [worst(x) for x in points[j]] == [worst(x) for x in points[i]]
+                   and (INF if math.isnan(costs[j]) else costs[j]) < (INF if math.isnan(costs[i]) else costs[i])
+                   for j in range(len(points)))
 
 
 def test_feasibility_thresholds_cover_every_dimension_and_refuse_nan():

@@ -38,6 +38,28 @@ def pareto_front(points: Sequence[Vector]) -> list[int]:
     return [i for i, p in enumerate(points) if not any(dominates(q, p) for j, q in enumerate(points) if j != i)]
 
 
+def dominates_or_cheaper(a: Vector, cost_a: float, b: Vector, cost_b: float) -> bool:
+    """``a`` beats ``b`` iff ``a`` dominates ``b`` on z (``dominates``), or a equals b on every dimension and
+    costs strictly less: the objectives first, the cost only breaks an exact tie (FAR's order; a cloud veto of a
+    harmful request and a refusal on the device score alike on z, and the refusal spends no cloud call). NaN in
+    z is -inf, as in ``dominates``; a NaN cost is +inf (unknown never saves)."""
+    if dominates(a, b):
+        return True
+    if any(_value(x) != _value(y) for x, y in zip(a, b)):
+        return False
+    cheap_a, cheap_b = (math.inf if math.isnan(c) else c for c in (cost_a, cost_b))
+    return cheap_a < cheap_b
+
+
+def cheapest_front(points: Sequence[Vector], costs: Sequence[float]) -> list[int]:
+    """Indices (ascending) of the points no other point beats under ``dominates_or_cheaper``: the Pareto front
+    of z with the costlier of equal points left out (equal points at equal cost are all kept)."""
+    if len(points) != len(costs):
+        raise ValueError(f"{len(points)} points for {len(costs)} costs")
+    return [i for i, p in enumerate(points)
+            if not any(dominates_or_cheaper(q, costs[j], p, costs[i]) for j, q in enumerate(points) if j != i)]
+
+
 def feasible(z: Vector, kappa: Sequence[float]) -> bool:
     """FATE's feasibility for one task mode, security included: z_m >= κ_m on every dimension of z =
     (security, utility, over_refusal, controllability) (``kappa`` has one threshold per dimension, in that
