@@ -10,8 +10,9 @@ Round t (π_t is the current model):
    so a small model that does not follow the format still acts, and still learns, within it.
 3. supervision: candidates that repair the failure (strictly better where it fell short of κ_τ) and meet κ_τ
    (per task mode; ``kappa: auto`` picks κ at the knee of the dev candidates' feasible-share/quality curve)
-   form the feasible set; its Pareto front (on z) gets q* ∝ exp(β·(r + diversity bonus)), r = r_PF + ν·R
-   (``training_reward``), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved. κ is lowered,
+   form the feasible set; its Pareto front (on z; under ``front: z_then_cost`` the costlier of equal points
+   left out, so a refusal on the device beats a cloud veto that scores alike) gets q* ∝ exp(β·(r + diversity
+   bonus)), r = r_PF + ν·R (``training_reward``), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved. κ is lowered,
    per input, to the best z any valid decision attains there (``attainable_kappa``): refusing an injected
    call cannot do the user's task, and a utility floor would otherwise make that safe refusal a failure and
    filter it out as a repair.
@@ -168,7 +169,7 @@ DISCARDED = ("discarded_own_asr", "discarded_own_hcr", "discarded_own_tsr", "dis
 def supervise(config: EvolveConfig, failure: Failure, candidates: Sequence[Candidate], kappa: KappaConfig,
               rng: random.Random) -> tuple[Candidate | None, list[float]]:
     """a* ~ q* over the feasible Pareto front of the candidates that repair the failure (None when none
-    qualifies)."""
+    qualifies): the front of z, or under ``front: z_then_cost`` of z with the costlier of equal points left out."""
     chosen, q, _ = supervise_with_rule(config, failure, candidates, kappa, rng)
     return chosen, q
 
