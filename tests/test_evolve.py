@@ -341,7 +341,7 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     safety = [s.ground_truth.unsafe or s.ground_truth.injected for s, _ in rehearsed]
     assert safety == sorted(safety, reverse=True)  # refusals of harm first
     assert not any(evolution.task.score([s], [d])[0].failures for s, d in rehearsed)  # no taxonomy failure either
-    decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "r_pf", "none"))
+    decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "cost", "r_pf", "none"))
     assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
     steps = [rounds[1][f"seconds_{step}"] for step in ("lesson", "sft", "pfpo", "check", "holdout")]
     assert all(s >= 0 for s in steps) and sum(steps) <= rounds[1]["seconds"] + 1e-6  # where the round's time went
@@ -790,7 +790,11 @@ def test_the_cost_breaks_the_tie_between_a_cloud_veto_and_a_refusal_on_the_devic
     assert on_z == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
     cheaper = EvolveConfig(front="z_then_cost")
     chosen, q, rule = supervise_with_rule(cheaper, failure, candidates, KappaConfig(), random.Random(0))
-    assert q == pytest.approx([0.0, 0.0, 1.0, 0.0]) and chosen.scored.decision == "refuse" and rule == "pareto"
+    assert q == pytest.approx([0.0, 0.0, 1.0, 0.0]) and chosen.scored.decision == "refuse" and rule == "cost"
+    assert supervise_with_rule(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))[2] == "r_pf"
+    # the veto the only repair proposed: the cost has nothing to choose between
+    assert supervise_with_rule(cheaper, failure, [candidates[0], candidates[3]], KappaConfig(),
+                               random.Random(0))[2] == "repair"
     malformed = task.score([scenario], [MALFORMED])[0]
     assert malformed.cost == math.inf
 
