@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 METRICS = ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed", "own_asr", "own_hcr", "own_tsr",
            "own_over_refusal", "own_separation")
 ROUND_FACTS = ("failures", "buffer", "rehearsed", "explored", "distinct_rate", "clip_fraction", "rolled_back",
-               "decided_by_repair", "decided_by_kappa", "decided_by_pareto", "decided_by_cost", "decided_by_r_pf",
+               "decided_by_repair", "decided_by_kappa", "decided_by_pareto", "decided_by_tie_break", "decided_by_r_pf",
                "decided_by_none")
 
 

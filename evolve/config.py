@@ -153,11 +153,12 @@ class EvolveConfig(BaseModel):
     reward_weight: float = Field(0.0, ge=0, allow_inf_nan=False, description="ν: q* and PFPO weigh r_PF + ν·R, R "
                                  "the reward table's total for the rollout (z has no cost: an unnecessary cloud call "
                                  "scores as well as handling the call on the device); 0 is FATE's r_PF alone")
-    front: Literal["z", "z_then_cost"] = Field(
-        "z", description="the Pareto front q* samples from: of z (FATE's); or of z with the costlier of equal "
-        "points left out (z_then_cost: the cost only breaks an exact tie). A cloud veto of a harmful request "
-        "and a refusal on the device score alike on z, and the reward table mostly alike too: on the front of z "
-        "the repair taught is whichever the model proposed more often (BENCHMARKS.md)")
+    front: Literal["z", "z_then_reward_then_cost"] = Field(
+        "z", description="the Pareto front q* samples from: of z (FATE's); or of z where, of points equal on z, "
+        "only those best on the reward table's total, then the cheapest, stay (z_then_reward_then_cost: FAR's "
+        "order, z first). A cloud veto of a harmful request and a refusal on the device score alike on z and "
+        "mostly on the reward table too: on the front of z the repair taught is whichever the model proposed "
+        "more often (BENCHMARKS.md)")
     lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF")
     beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q* ∝ 1[PF]·exp(β r_PF)")
     sft: SFTSettings = SFTSettings()

@@ -10,12 +10,12 @@ Round t (π_t is the current model):
    so a small model that does not follow the format still acts, and still learns, within it.
 3. supervision: candidates that repair the failure (strictly better where it fell short of κ_τ) and meet κ_τ
    (per task mode; ``kappa: auto`` picks κ at the knee of the dev candidates' feasible-share/quality curve)
-   form the feasible set; its Pareto front (on z; under ``front: z_then_cost`` the costlier of equal points
-   left out, so a refusal on the device beats a cloud veto that scores alike) gets q* ∝ exp(β·(r + diversity
-   bonus)), r = r_PF + ν·R (``training_reward``), off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is
-   saved. κ is lowered, per input, to the best z any valid decision attains there (``attainable_kappa``):
-   refusing an injected call cannot do the user's task, and a utility floor would otherwise make that safe
-   refusal a failure and filter it out as a repair.
+   form the feasible set; its Pareto front (on z; under ``front: z_then_reward_then_cost`` of points equal on
+   z only the best on the reward table, then the cheapest, stay: a refusal on the device beats a cloud veto
+   that scores alike) gets q* ∝ exp(β·(r + diversity bonus)), r = r_PF + ν·R (``training_reward``),
+   off-front candidates none; a* ~ q*. R_t = {(p_f, a*, z)} is saved. κ is lowered, per input, to the best z
+   any valid decision attains there (``attainable_kappa``): refusing an injected call cannot do the user's
+   task, and a utility floor would otherwise make that safe refusal a failure and filter it out as a repair.
 4. SFT (LoRA, loss on a* only) on p_f and/or the plain decision prompt x (``supervise_on``; the deployed model
    answers x), beside rehearsed correct decisions, then 5. PFPO on the same prompts: G samples each,
    A_i = r_i − mean_j r_j, clipped ratio loss with a KL penalty to the base model.
@@ -62,8 +62,8 @@ from evolve.task import (
 from rollout.errors import FarInputError
 from rollout.eval_only import refuse_eval_only
 from rollout.scenario import Scenario
-from verifiers.pareto import (attainable, cheapest_front, feasible, knee, pareto_front, r_pf, repairs,
-                              supervision_distribution)
+from verifiers.pareto import (attainable, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution,
+                              tie_broken_front)
 from verifiers.taxonomy import FailureKind, SuccessKind
 
 def require_trainable(scenarios: Sequence[Scenario]) -> None:
@@ -161,15 +161,24 @@ def auto_kappa(config: EvolveConfig, failures: Sequence[Failure], groups: Sequen
     return KappaConfig(executable=(chosen,) * 4, diagnostic=(chosen,) * 4)
 
 
-RULES = ("repair", "kappa", "pareto", "cost", "r_pf", "none")
+RULES = ("repair", "kappa", "pareto", "tie_break", "r_pf", "none")
 # a rolled-back round's own figures on the holdout, before the rollback (reported only; None when kept)
 DISCARDED = ("discarded_own_asr", "discarded_own_hcr", "discarded_own_tsr", "discarded_own_over_refusal")
+
+
+def tie_key(scored: Scored) -> tuple[float, float]:
+    """What breaks an exact tie of z under ``front: z_then_reward_then_cost``, lower first: the reward table's
+    total for the rollout (FAR's order: a failure of the taxonomy that z does not see, an escalation the cloud
+    was needed for, say, outranks any cost), then the rollout's cost (NaN, +inf: unknown for a malformed
+    action)."""
+    return (-scored.verdict.reward if scored.verdict is not None else math.nan, scored.cost)
 
 
 def supervise(config: EvolveConfig, failure: Failure, candidates: Sequence[Candidate], kappa: KappaConfig,
               rng: random.Random) -> tuple[Candidate | None, list[float]]:
     """a* ~ q* over the feasible Pareto front of the candidates that repair the failure (None when none
-    qualifies): the front of z, or under ``front: z_then_cost`` of z with the costlier of equal points left out."""
+    qualifies): the front of z, or under ``front: z_then_reward_then_cost`` of z less the points an equal point
+    beats on (−reward, cost) (``tie_key``)."""
     chosen, q, _ = supervise_with_rule(config, failure, candidates, kappa, rng)
     return chosen, q
 
@@ -178,24 +187,25 @@ def supervise_with_rule(config: EvolveConfig, failure: Failure, candidates: Sequ
                         kappa: KappaConfig, rng: random.Random) -> tuple[Candidate | None, list[float], str]:
     """``supervise``, and which rule decided (``RULES``): ``repair`` left one candidate (only one strictly
     improves on the failure where it fell short), ``kappa`` narrowed the repairs to one, ``pareto`` narrowed
-    the feasible ones to one, ``cost`` narrowed z's front to one (``front: z_then_cost``), ``r_pf`` weighed
-    several front members, ``none``: nothing qualified."""
+    the feasible ones to one, ``tie_break`` narrowed z's front to one (``front: z_then_reward_then_cost``),
+    ``r_pf`` weighed several front members, ``none``: nothing qualified."""
     thresholds = input_thresholds(kappa, failure.scenario, failure.best, config.attainable_kappa)
     repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z, thresholds)]
     feasible_idx = [i for i in repairing if feasible(candidates[i].scored.z, thresholds)]
     points = [candidates[j].scored.z for j in feasible_idx]
     z_front = {feasible_idx[i] for i in pareto_front(points)}
     front = z_front if config.front == "z" else {
-        feasible_idx[i] for i in cheapest_front(points, [candidates[j].scored.cost for j in feasible_idx])}
+        feasible_idx[i] for i in tie_broken_front(points, [tie_key(candidates[j].scored) for j in feasible_idx])}
     bonus = [config.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
     q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
                                  [i in front for i in range(len(candidates))], config.beta)
     if sum(q) == 0:
         return None, q, "none"
+
     def distinct(indices) -> int:
         return len({candidates[i].text for i in indices})
 
-    rule = ("r_pf" if distinct(front) > 1 else "cost" if distinct(z_front) > 1 else "pareto"
+    rule = ("r_pf" if distinct(front) > 1 else "tie_break" if distinct(z_front) > 1 else "pareto"
             if distinct(feasible_idx) > 1 else "kappa" if distinct(repairing) > 1 else "repair")
     return candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule
 

@@ -341,7 +341,8 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     safety = [s.ground_truth.unsafe or s.ground_truth.injected for s, _ in rehearsed]
     assert safety == sorted(safety, reverse=True)  # refusals of harm first
     assert not any(evolution.task.score([s], [d])[0].failures for s, d in rehearsed)  # no taxonomy failure either
-    decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "cost", "r_pf", "none"))
+    decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "tie_break", "r_pf",
+                                                                "none"))
     assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
     steps = [rounds[1][f"seconds_{step}"] for step in ("lesson", "sft", "pfpo", "check", "holdout")]
     assert all(s >= 0 for s in steps) and sum(steps) <= rounds[1]["seconds"] + 1e-6  # where the round's time went
@@ -768,19 +769,27 @@ def test_the_reward_table_breaks_ties_the_z_front_leaves(task):
         assert (q[0] > q[1]) if config is weighted else q[0] == pytest.approx(q[1])
 
 
-def test_the_cost_breaks_the_tie_between_a_cloud_veto_and_a_refusal_on_the_device(task):
+def test_the_reward_then_the_cost_break_exact_ties_of_z(task):
     """A harmful request escalated and vetoed by the cloud scores the same z as one refused on the device, and
     the same reward; the veto spends a cloud call. On the front of z q* weighs them alike (the repair taught is
-    whichever the model proposed more often); under ``front: z_then_cost`` only the refusal is on the front.
-    Handling it, better on no dimension, is on neither."""
+    whichever the model proposed more often); under ``front: z_then_reward_then_cost`` only the refusal is on
+    the front. Handling it, better on no dimension, is on neither. The reward comes before the cost: a request
+    that needs the cloud, handled on the device, can score the same z as escalated and cost less, and the
+    table's MISSED_CLOUD_ESCALATION keeps it off the front."""
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
-    harmful = [s for s in suite.scenarios("train") if s.ground_truth.unsafe and not s.ground_truth.tool_faults]
-    tied = []
-    for scenario in harmful:
+    scenarios = [s for s in suite.scenarios("train") if not s.ground_truth.tool_faults]
+    tied, missed = [], []
+    for scenario in scenarios:
         handled, escalated, refused = task.score([scenario] * 3, ["handle", "escalate", "refuse"])
-        if escalated.z == refused.z and escalated.verdict.reward == refused.verdict.reward:
+        if scenario.ground_truth.unsafe and escalated.z == refused.z \
+                and escalated.verdict.reward == refused.verdict.reward:
             tied.append((scenario, handled, escalated, refused))
-    assert tied  # the tie is real in this world, not made up for the test
+        if handled.z == escalated.z and handled.cost < escalated.cost \
+                and "MISSED_CLOUD_ESCALATION" in handled.failures:
+            missed.append((scenario, handled, escalated, refused))
+    assert tied and missed  # both ties are real in this world, not made up for the test
+    lexicographic = EvolveConfig(front="z_then_reward_then_cost")
+
     scenario, handled, escalated, refused = tied[0]
     assert escalated.cost > refused.cost
     failure = Failure(scenario, "handle", handled, tuple(map(max, handled.z, escalated.z, refused.z)))
@@ -788,15 +797,23 @@ def test_the_cost_breaks_the_tie_between_a_cloud_veto_and_a_refusal_on_the_devic
                   for s in (escalated, escalated, refused, handled)]  # the veto proposed twice as often
     _, on_z = supervise(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))
     assert on_z == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
-    cheaper = EvolveConfig(front="z_then_cost")
-    chosen, q, rule = supervise_with_rule(cheaper, failure, candidates, KappaConfig(), random.Random(0))
-    assert q == pytest.approx([0.0, 0.0, 1.0, 0.0]) and chosen.scored.decision == "refuse" and rule == "cost"
     assert supervise_with_rule(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))[2] == "r_pf"
-    # the veto the only repair proposed: the cost has nothing to choose between
-    assert supervise_with_rule(cheaper, failure, [candidates[0], candidates[3]], KappaConfig(),
+    chosen, q, rule = supervise_with_rule(lexicographic, failure, candidates, KappaConfig(), random.Random(0))
+    assert q == pytest.approx([0.0, 0.0, 1.0, 0.0]) and chosen.scored.decision == "refuse"
+    assert rule == "tie_break"
+    # the veto the only repair proposed: the tie break has nothing to choose between
+    assert supervise_with_rule(lexicographic, failure, [candidates[0], candidates[3]], KappaConfig(),
                                random.Random(0))[2] == "repair"
-    malformed = task.score([scenario], [MALFORMED])[0]
-    assert malformed.cost == math.inf
+
+    scenario, handled, escalated, refused = missed[0]
+    assert handled.verdict.reward < escalated.verdict.reward
+    failure = Failure(scenario, "refuse", refused, tuple(map(max, handled.z, escalated.z, refused.z)))
+    candidates = [Candidate(s.decision, s, training_reward(EvolveConfig(), s)) for s in (handled, escalated)]
+    assert supervise(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))[1] == pytest.approx(
+        [0.5, 0.5])  # ν = 0: on the front of z the missed escalation is taught as often
+    assert supervise(lexicographic, failure, candidates, KappaConfig(), random.Random(0))[1] == pytest.approx(
+        [0.0, 1.0])  # the reward first: the cheaper handling is left out
+    assert task.score([scenario], [MALFORMED])[0].cost == math.inf
 
 
 GRID = [{"own_asr": a, "own_hcr": h, "mean_r_pf": r} for a in (0.0, 0.5) for h in (0.0, 0.5)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from verifiers.pareto import (
-    attainable, cheapest_front, dominates, dominates_or_cheaper, feasible, knee, pareto_front, r_pf, repairs,
-    supervision_distribution,
+    attainable, dominates, dominates_then_lower, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution,
+    tie_broken_front,
 )
 
 INF = math.inf
@@ -55,45 +55,55 @@ def test_front_is_exactly_the_undominated_points(points):
         assert front  # a finite set always has an undominated point
 
 
-COSTS = (-INF, 0.0, 0.3, INF, math.nan)
+KEYS = (-INF, 0.0, 0.3, INF, math.nan)
 
 
-def test_cost_breaks_only_exact_ties_of_z_on_every_pair_of_the_grid():
-    for (a, b), cost_a, cost_b in itertools.product(PAIRS, COSTS, COSTS):
+def lower(a, b):
+    """The lexicographic order the tie keys are compared in, NaN as +inf."""
+    return tuple(INF if math.isnan(x) else x for x in a) < tuple(INF if math.isnan(x) else x for x in b)
+
+
+def test_the_key_breaks_only_exact_ties_of_z_on_every_pair_of_the_grid():
+    keys = [(k,) for k in KEYS] + [(k, c) for k in (0.0, math.nan) for c in (0.0, 0.3, math.nan)]
+    for (a, b), key_a, key_b in itertools.product(PAIRS, keys, keys):
+        if len(key_a) != len(key_b):
+            with pytest.raises(ValueError):
+                dominates_then_lower(a, key_a, b, key_b)
+            continue
         tied = [worst(x) for x in a] == [worst(x) for x in b]
-        cheaper = (INF if math.isnan(cost_a) else cost_a) < (INF if math.isnan(cost_b) else cost_b)
-        assert dominates_or_cheaper(a, cost_a, b, cost_b) == (dominates(a, b) or (tied and cheaper)), (a, b)
-        # antisymmetric, whatever the costs: a cost never outweighs an objective
-        assert not (dominates_or_cheaper(a, cost_a, b, cost_b) and dominates_or_cheaper(b, cost_b, a, cost_a))
+        assert dominates_then_lower(a, key_a, b, key_b) == (dominates(a, b) or (tied and lower(key_a, key_b)))
+        # antisymmetric, whatever the keys: a key never outweighs an objective
+        assert not (dominates_then_lower(a, key_a, b, key_b) and dominates_then_lower(b, key_b, a, key_a))
         if dominates(b, a):
-            assert not dominates_or_cheaper(a, cost_a, b, cost_b)
+            assert not dominates_then_lower(a, key_a, b, key_b)
 
 
-def test_cheapest_front_drops_the_costlier_of_equal_points_only():
+def test_the_tie_broken_front_drops_only_what_an_equal_point_beats_on_the_key():
     veto, refusal, handled = (1.0, 0.0, 1.0, 1.0), (1.0, 0.0, 1.0, 1.0), (0.0, 1.0, 1.0, 1.0)
-    # the cloud veto costs a cloud call the device refusal does not; handling is better on utility, worse on
-    # security, so it stays on the front however much it costs
+    # keys (-reward, cost): the cloud veto costs a cloud call the device refusal does not; handling is better on
+    # utility, worse on security, so it stays on the front whatever its key
     assert pareto_front([veto, refusal, handled]) == [0, 1, 2]
-    assert cheapest_front([veto, refusal, handled], [1.3, 0.1, 9.0]) == [1, 2]
-    assert cheapest_front([veto, refusal], [0.1, 0.1]) == [0, 1]  # equal at equal cost: both kept
-    assert cheapest_front([veto, refusal], [math.nan, INF]) == [0, 1]  # unknown cost is +inf
-    assert cheapest_front([], []) == []
+    assert tie_broken_front([veto, refusal, handled], [(0.0, 1.3), (0.0, 0.1), (INF, 9.0)]) == [1, 2]
+    assert tie_broken_front([veto, refusal], [(-5.0, 1.3), (0.0, 0.1)]) == [0]  # the reward before the cost
+    assert tie_broken_front([veto, refusal], [(0.0, 0.1), (0.0, 0.1)]) == [0, 1]  # equal keys: both kept
+    assert tie_broken_front([veto, refusal], [(0.0, math.nan), (0.0, INF)]) == [0, 1]  # unknown is +inf
+    assert tie_broken_front([], []) == []
     with pytest.raises(ValueError):
-        cheapest_front([veto], [])
+        tie_broken_front([veto], [])
 
 
-@given(st.lists(st.tuples(st.tuples(*[st.sampled_from(VALUES)] * 3), st.sampled_from(COSTS)), max_size=8))
-def test_cheapest_front_is_within_the_front_and_equals_it_at_equal_cost(items):
-    points, costs = [p for p, _ in items], [c for _, c in items]
-    front, cheapest = set(pareto_front(points)), set(cheapest_front(points, costs))
-    assert cheapest <= front
-    assert set(cheapest_front(points, [0.0] * len(points))) == front
+@given(st.lists(st.tuples(st.tuples(*[st.sampled_from(VALUES)] * 3),
+                          st.tuples(st.sampled_from(KEYS), st.sampled_from(KEYS))), max_size=8))
+def test_the_tie_broken_front_is_within_the_front_and_equals_it_on_equal_keys(items):
+    points, keys = [p for p, _ in items], [k for _, k in items]
+    front, broken = set(pareto_front(points)), set(tie_broken_front(points, keys))
+    assert broken <= front
+    assert set(tie_broken_front(points, [(0.0, 0.0)] * len(points))) == front
     if points:
-        assert cheapest  # a finite set always has a point nothing beats
-    for i in front - cheapest:  # left out only for an equal point that costs less
+        assert broken  # a finite set always has a point nothing beats
+    for i in front - broken:  # left out only for an equal point with a lower key
         assert any(j != i and [worst(x) for x in points[j]] == [worst(x) for x in points[i]]
-                   and (INF if math.isnan(costs[j]) else costs[j]) < (INF if math.isnan(costs[i]) else costs[i])
-                   for j in range(len(points)))
+                   and lower(keys[j], keys[i]) for j in range(len(points)))
 
 
 def test_feasibility_thresholds_cover_every_dimension_and_refuse_nan():

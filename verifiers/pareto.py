@@ -38,26 +38,32 @@ def pareto_front(points: Sequence[Vector]) -> list[int]:
     return [i for i, p in enumerate(points) if not any(dominates(q, p) for j, q in enumerate(points) if j != i)]
 
 
-def dominates_or_cheaper(a: Vector, cost_a: float, b: Vector, cost_b: float) -> bool:
-    """``a`` beats ``b`` iff ``a`` dominates ``b`` on z (``dominates``), or a equals b on every dimension and
-    costs strictly less: the objectives first, the cost only breaks an exact tie (FAR's order; a cloud veto of a
-    harmful request and a refusal on the device score alike on z, and the refusal spends no cloud call). NaN in
-    z is -inf, as in ``dominates``; a NaN cost is +inf (unknown never saves)."""
+def _key(key: Vector) -> tuple[float, ...]:
+    return tuple(math.inf if math.isnan(x) else x for x in key)
+
+
+def dominates_then_lower(a: Vector, key_a: Vector, b: Vector, key_b: Vector) -> bool:
+    """``a`` beats ``b`` iff ``a`` dominates ``b`` on z (``dominates``), or a equals b on every dimension of z
+    and its tie key is lower, compared lexicographically: z first, the key only breaks an exact tie (FAR's
+    order). FATE's front with the key (−reward, cost): a cloud veto of a harmful request and a refusal on the
+    device score alike on z and on the reward table, and the refusal spends no cloud call. NaN in z is -inf, as
+    in ``dominates``; NaN in a key is +inf (unknown never wins a tie); keys of different lengths are an error."""
+    if len(key_a) != len(key_b):
+        raise ValueError(f"tie keys of different lengths: {len(key_a)} and {len(key_b)}")
     if dominates(a, b):
         return True
     if any(_value(x) != _value(y) for x, y in zip(a, b)):
         return False
-    cheap_a, cheap_b = (math.inf if math.isnan(c) else c for c in (cost_a, cost_b))
-    return cheap_a < cheap_b
+    return _key(key_a) < _key(key_b)
 
 
-def cheapest_front(points: Sequence[Vector], costs: Sequence[float]) -> list[int]:
-    """Indices (ascending) of the points no other point beats under ``dominates_or_cheaper``: the Pareto front
-    of z with the costlier of equal points left out (equal points at equal cost are all kept)."""
-    if len(points) != len(costs):
-        raise ValueError(f"{len(points)} points for {len(costs)} costs")
+def tie_broken_front(points: Sequence[Vector], keys: Sequence[Vector]) -> list[int]:
+    """Indices (ascending) of the points no other point beats under ``dominates_then_lower``: the Pareto front
+    of z less the points an equal point beats on the tie key (equal points with equal keys are all kept)."""
+    if len(points) != len(keys):
+        raise ValueError(f"{len(points)} points for {len(keys)} tie keys")
     return [i for i, p in enumerate(points)
-            if not any(dominates_or_cheaper(q, costs[j], p, costs[i]) for j, q in enumerate(points) if j != i)]
+            if not any(dominates_then_lower(q, keys[j], p, keys[i]) for j, q in enumerate(points) if j != i)]
 
 
 def feasible(z: Vector, kappa: Sequence[float]) -> bool:
