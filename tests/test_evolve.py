@@ -485,6 +485,7 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
     ("candidates: 0", "candidates"),
     ("sft: {epochs: 3, max_epochs: 2}", "sft"),
     ("supervise_on: everything", "supervise_on"),
+    ("front: z_then_cost", "front"),
     ("model: {base: HuggingFaceTB/SmolLM2-360M}", "model.base"),
     ("model: {lora_targets: [q_proj, attn]}", "model.lora_targets"),
     ("model: {lora_targets: []}", "model.lora_targets"),
