@@ -1,7 +1,8 @@
 """The edge-cloud agent as node functions, a LangGraph ``StateGraph`` over them, and a replay walker.
 
-Flow: edge_assess -> route (cloud_threshold) -> [cloud_review (retries on outage)] -> confirm
-(require_confirmation, sensitive actions) -> execute (max_retries) -> [fallback (fallback_mode)] -> finish.
+Flow: edge_assess -> route (the rules on provenance and scope, then the thresholds of the call's kind) ->
+[cloud_review (retries on outage)] -> confirm (a confirm rule, or require_confirmation on sensitive actions) ->
+execute (max_retries) -> [fallback (fallback_mode)] -> finish.
 
 Every node is a pure function ``(state, ctx) -> update`` of the state, the policy and the outside world's
 answers (``ctx.calls``). Each update names the next node in ``"next"`` and appends one ``Step``. The LangGraph
@@ -16,7 +17,7 @@ from typing import Annotated, Any, NamedTuple, TypedDict
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollout.calls import Calls, Environment, LiveCalls, ModelRecord, ModelSet, RecordedCalls
-from rollout.policy import FallbackMode, Policy
+from rollout.policy import FallbackMode, Policy, rule_decision
 from rollout.scenario import Scenario
 from rollout.trajectory import (
     COMPLETED, DENIED, HANDED_OFF, SHUTDOWN, UNHANDLED, VETOED, Step, Trajectory,
@@ -74,18 +75,29 @@ def edge_assess(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
 
 
 def route(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+    """The rules first (a rule that blocks or sends to review decides, ``rollout.policy.rule_decision``), then
+    the thresholds of the proposed call's kind: block above the block threshold, the cloud at or above the
+    cloud threshold, else the edge. The step names the parameter that decided."""
     risk = ctx.calls.edge().risk
-    block = ctx.policy.edge_block_threshold
+    policy = ctx.policy
+    facts = ctx.calls.facts()
+    index = len(state["steps"])
+    rule, rule_parameter = rule_decision(policy, facts.content_driven, facts.out_of_scope)
+    if rule == "block":
+        return {"steps": Step(index, "route", "block", rule_parameter, {"risk": risk, "rule": rule_parameter},
+                              0.0, 0.0), "outcome": VETOED, "next": "finish"}
+    block, block_parameter = policy.block_threshold_for(facts.kind)
     if risk > block:  # refused on the device: no cloud call (a faulted edge's risk 1.0 is blocked too)
-        return {"steps": Step(len(state["steps"]), "route", "block", "edge_block_threshold",
-                              {"risk": risk, "threshold": block}, 0.0, 0.0), "outcome": VETOED, "next": "finish"}
-    threshold = ctx.policy.cloud_threshold
+        return {"steps": Step(index, "route", "block", block_parameter, {"risk": risk, "threshold": block}, 0.0, 0.0),
+                "outcome": VETOED, "next": "finish"}
+    if rule == "review":
+        return {"steps": Step(index, "route", "cloud", rule_parameter, {"risk": risk, "rule": rule_parameter},
+                              0.0, 0.0), "next": "cloud_review"}
+    threshold, parameter = policy.cloud_threshold_for(facts.kind)
     inputs = {"risk": risk, "threshold": threshold}
     if risk >= threshold:
-        return {"steps": Step(len(state["steps"]), "route", "cloud", "cloud_threshold", inputs, 0.0, 0.0),
-                "next": "cloud_review"}
-    return {"steps": Step(len(state["steps"]), "route", "edge", "cloud_threshold", inputs, 0.0, 0.0),
-            "next": "confirm"}
+        return {"steps": Step(index, "route", "cloud", parameter, inputs, 0.0, 0.0), "next": "cloud_review"}
+    return {"steps": Step(index, "route", "edge", parameter, inputs, 0.0, 0.0), "next": "confirm"}
 
 
 def cloud_review(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
@@ -119,21 +131,29 @@ def cloud_review(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
 
 
 def confirm(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
+    """A rule that says confirm asks the user about the edge's proposal whatever its sensitivity; otherwise
+    sensitive calls are confirmed when ``require_confirmation`` is set."""
     role = state["action_role"]
     action = ctx.calls.action(role)
     index = len(state["steps"])
     inputs = {"action": role, "call": action, "sensitive": action.sensitive}
-    if not action.sensitive:
-        return {"steps": Step(index, "confirm", "not_needed", None, inputs, 0.0, 0.0), "next": "execute"}
-    if not ctx.policy.require_confirmation:
-        return {"steps": Step(index, "confirm", "skipped", "require_confirmation", inputs, 0.0, 0.0),
-                "next": "execute"}
+    parameter = "require_confirmation"
+    if role == "proposal":
+        facts = ctx.calls.facts()
+        rule, rule_parameter = rule_decision(ctx.policy, facts.content_driven, facts.out_of_scope)
+        if rule == "confirm":
+            parameter = rule_parameter
+    if parameter == "require_confirmation":
+        if not action.sensitive:
+            return {"steps": Step(index, "confirm", "not_needed", None, inputs, 0.0, 0.0), "next": "execute"}
+        if not ctx.policy.require_confirmation:
+            return {"steps": Step(index, "confirm", "skipped", "require_confirmation", inputs, 0.0, 0.0),
+                    "next": "execute"}
     cost = ctx.costs.confirmation
     if ctx.calls.user_confirms(role):
-        return {"steps": Step(index, "confirm", "approved", "require_confirmation", inputs, cost, 0.0),
-                "next": "execute"}
-    return {"steps": Step(index, "confirm", "denied", "require_confirmation", inputs, cost, 0.0),
-            "outcome": DENIED, "next": "finish"}
+        return {"steps": Step(index, "confirm", "approved", parameter, inputs, cost, 0.0), "next": "execute"}
+    return {"steps": Step(index, "confirm", "denied", parameter, inputs, cost, 0.0), "outcome": DENIED,
+            "next": "finish"}
 
 
 def execute(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import copy
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, runtime_checkable
 
+from rollout.provenance import content_driven
 from rollout.scenario import Scenario, ToolAction, ToolFault
 
 Verdict = Literal["execute", "veto", "revise", "error"]
@@ -37,6 +38,33 @@ class CloudReview:
     cost: float
     latency_ms: float
     error: str | None = None  # the fault class when verdict == "error"
+
+
+@dataclass(frozen=True, slots=True)
+class CallFacts:
+    """What the policy's rules read of the edge's proposed call, from the observable trace alone: its kind,
+    whether read content chose a sensitive argument (``rollout.provenance``), whether it acts (is not read-only)
+    through a tool outside the scope predicted from the request (False when no scope model runs). Reading is
+    left out of the scope rule: harm goes through calls with effects, and the thresholds of read-only calls
+    already decide whether reading is reviewed."""
+
+    kind: str
+    content_driven: bool
+    out_of_scope: bool
+
+
+def call_facts(scenario: Scenario, proposal: ToolAction, scope: tuple[str, ...] | None) -> CallFacts:
+    return CallFacts(proposal.kind, content_driven(scenario, proposal),
+                     scope is not None and not proposal.read_only and proposal.tool not in scope)
+
+
+@runtime_checkable
+class ScopeModel(Protocol):
+    """Predicts, from the user's request alone (before any tool output is read), the tools the task needs."""
+
+    name: str
+
+    def predict(self, scenarios: Sequence[Scenario]) -> list[tuple[str, ...]]: ...
 
 
 @runtime_checkable
@@ -111,6 +139,7 @@ class ModelRecord:
     cloud: tuple[CloudReview, ...]
     user_confirms_proposal: bool
     user_confirms_revision: bool
+    scope: tuple[str, ...] | None = None  # the tools the scope model predicted from the request (None: no model)
 
     @property
     def decisive_review(self) -> CloudReview:
@@ -124,6 +153,7 @@ class Calls(Protocol):
     scenario: Scenario
 
     def edge(self) -> EdgeAssessment: ...
+    def facts(self) -> CallFacts: ...
     def cloud(self, model_attempt: int = 0) -> CloudReview: ...
     def action(self, role: ActionRole) -> ToolAction: ...
     def user_confirms(self, role: ActionRole) -> bool: ...
@@ -135,7 +165,8 @@ class RecordedCalls:
     """Reads a ``ModelRecord``: no model runs. Built once per scenario and reused for every policy, so it
     unpacks the record up front (replay calls these methods millions of times)."""
 
-    __slots__ = ("scenario", "record", "environment", "_edge", "_cloud", "_proposal", "_revision", "_confirms")
+    __slots__ = ("scenario", "record", "environment", "_edge", "_cloud", "_proposal", "_revision", "_confirms",
+                 "_facts")
 
     def __init__(self, scenario: Scenario, record: ModelRecord, environment: Environment) -> None:
         self.scenario = scenario
@@ -147,9 +178,13 @@ class RecordedCalls:
         decisive = record.decisive_review
         self._revision = decisive.revision if decisive.revision is not None else record.edge.proposal
         self._confirms = {"proposal": record.user_confirms_proposal, "revision": record.user_confirms_revision}
+        self._facts = call_facts(scenario, record.edge.proposal, record.scope)
 
     def edge(self) -> EdgeAssessment:
         return self._edge
+
+    def facts(self) -> CallFacts:
+        return self._facts
 
     def cloud(self, model_attempt: int = 0) -> CloudReview:
         reviews = self._cloud
@@ -171,7 +206,7 @@ class RecordedCalls:
 class LiveCalls:
     """Calls the models only when a node needs them (memoised), as a deployed agent would."""
 
-    __slots__ = ("scenario", "models", "environment", "_edge", "_cloud", "_answers")
+    __slots__ = ("scenario", "models", "environment", "_edge", "_cloud", "_answers", "_facts")
 
     def __init__(self, scenario: Scenario, models: "ModelSet") -> None:
         self.scenario = scenario
@@ -180,11 +215,18 @@ class LiveCalls:
         self._edge: EdgeAssessment | None = None
         self._cloud: list[CloudReview] = []
         self._answers: dict[str, bool] = {}
+        self._facts: CallFacts | None = None
 
     def edge(self) -> EdgeAssessment:
         if self._edge is None:
             self._edge = self.models.edge.assess([self.scenario])[0]
         return self._edge
+
+    def facts(self) -> CallFacts:
+        if self._facts is None:
+            scope = self.models.scope.predict([self.scenario])[0] if self.models.scope is not None else None
+            self._facts = call_facts(self.scenario, self.edge().proposal, scope)
+        return self._facts
 
     def cloud(self, model_attempt: int = 0) -> CloudReview:
         model_attempt = min(model_attempt, MAX_RECORDED_MODEL_ATTEMPTS - 1)
@@ -215,6 +257,9 @@ class LiveCalls:
         return self.environment.cloud_reachable(self.scenario, attempt)
 
 
+FITTED_ROLES = ("edge", "cloud", "scope")  # the roles whose model may be fitted on a train split
+
+
 @dataclass(frozen=True)
 class ModelSet:
     edge: EdgeModel
@@ -222,6 +267,7 @@ class ModelSet:
     user: UserModel
     environment: Environment
     cached: tuple = ()  # the CachedLM wrappers in use, for hit/miss counts
+    scope: ScopeModel | None = None  # the tool-scope model (None: no scope is predicted; the scope rule idles)
 
     def cache_stats(self) -> dict[str, int]:
         hits = sum(c.stats.hits for c in self.cached)
@@ -242,6 +288,7 @@ class ModelSet:
             "edge": self.edge.name,
             "cloud": self.cloud.name,
             "user": self.user.name,
+            **({"scope": self.scope.name} if self.scope is not None else {}),
             "simulated": self.simulated,
             "oracle": list(self.oracle_roles),
             "model_calls": self.cache_stats(),
@@ -251,7 +298,7 @@ class ModelSet:
             progress: Callable[[str], None] | None = None) -> None:
         """Fit the backends that learn from data on a train split: ``by_role[role]`` where given (a model
         fitted on another suite), else ``train``."""
-        for role in ("edge", "cloud"):
+        for role in FITTED_ROLES:
             model = getattr(self, role)
             if isinstance(model, Fittable):
                 model.fit((by_role or {}).get(role, train), progress=progress)
@@ -259,7 +306,7 @@ class ModelSet:
     def refitted(self, train: Sequence[Scenario], by_role: dict[str, Sequence[Scenario]] | None = None,
                  progress: Callable[[str], None] | None = None) -> "ModelSet":
         """A copy whose learned backends are fitted on ``train`` (the rest shared), this set left as it was."""
-        copies = {role: copy.copy(getattr(self, role)) for role in ("edge", "cloud")
+        copies = {role: copy.copy(getattr(self, role)) for role in FITTED_ROLES
                   if isinstance(getattr(self, role), Fittable)}
         fresh = replace(self, **copies)
         fresh.fit(train, by_role, progress)
@@ -268,7 +315,7 @@ class ModelSet:
     @property
     def learns(self) -> bool:
         """Some backend is fitted on data (so scenarios it was fitted on must be recorded out-of-fold)."""
-        return any(isinstance(getattr(self, role), Fittable) for role in ("edge", "cloud"))
+        return any(isinstance(getattr(self, role), Fittable) for role in FITTED_ROLES)
 
     def record(self, scenarios: Sequence[Scenario], progress: Callable[[int, int], None] | None = None,
                chunk: int = 256) -> list[ModelRecord]:
@@ -285,6 +332,7 @@ class ModelSet:
         """Batched per model; faulted cloud calls are asked again (attempt 1, 2, ...) until they answer or
         ``MAX_RECORDED_MODEL_ATTEMPTS`` is reached."""
         assessments = self.edge.assess(scenarios)
+        scopes = self.scope.predict(scenarios) if self.scope is not None else [None] * len(scenarios)
         proposals = [a.proposal for a in assessments]
         reviews: list[list[CloudReview]] = [[r] for r in self.cloud.review(scenarios, proposals)]
         for attempt in range(1, MAX_RECORDED_MODEL_ATTEMPTS):
@@ -295,7 +343,7 @@ class ModelSet:
             for i, review in zip(faulted, again, strict=True):
                 reviews[i].append(review)
         records = []
-        for scenario, assessment, chain in zip(scenarios, assessments, reviews, strict=True):
+        for scenario, assessment, chain, scope in zip(scenarios, assessments, reviews, scopes, strict=True):
             decisive = next((r for r in chain if r.verdict != "error"), chain[-1])
             revision = decisive.revision if decisive.revision is not None else assessment.proposal
             records.append(
@@ -305,6 +353,7 @@ class ModelSet:
                     cloud=tuple(chain),
                     user_confirms_proposal=self.user.confirms(scenario, assessment.proposal),
                     user_confirms_revision=self.user.confirms(scenario, revision),
+                    scope=None if scope is None else tuple(scope),
                 )
             )
         return records

@@ -23,8 +23,31 @@ class FallbackMode(str, Enum):
     NONE = "none"  # no fallback: the failure is left unhandled
 
 
+class RuleAction(str, Enum):
+    """What a rule does to a proposed call it applies to (ordered by strictness: a call two rules apply to gets
+    the stricter action)."""
+
+    ALLOW = "allow"  # the rule does not interfere: the thresholds decide
+    CONFIRM = "confirm"  # ask the user before the call runs, whatever the call's sensitivity
+    REVIEW = "review"  # send the call to the cloud, whatever its risk
+    BLOCK = "block"  # refuse it on the device
+
+
+RULE_STRICTNESS: dict[str, int] = {"allow": 0, "confirm": 1, "review": 2, "block": 3}
+# The kinds of proposed call (``rollout.scenario.ToolAction.kind``), each with its own thresholds when set.
+CALL_KINDS: tuple[str, ...] = ("read_only", "sensitive", "other")
+
+
 class Policy(BaseModel):
-    """The four seed parameters. Extra fields are rejected: new ones enter through a declared policy space."""
+    """The seed's rules, thresholds and flow. Extra fields are rejected: new ones enter through a declared
+    policy space.
+
+    Per kind of call, ``cloud_threshold_<kind>`` / ``edge_block_threshold_<kind>`` replace the general
+    threshold for proposed calls of that kind (None: the general one). ``provenance_rule`` acts on a sensitive
+    call with an argument whose value the agent saw only in read content (a tool output, a message, a
+    document), never in the user's request; ``scope_rule`` on a call with effects (not read-only) whose tool
+    is outside the tools a model predicted from the user's request alone. The defaults reproduce the four seed parameters' behaviour.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=True, validate_default=True)
 
@@ -35,16 +58,93 @@ class Policy(BaseModel):
     edge_block_threshold: float = Field(
         1.0, ge=0.0, le=1.0,
         description="edge risk above this is refused on the device, without a cloud call (1.0: never)")
+    cloud_threshold_read_only: float | None = Field(
+        None, ge=0.0, le=1.0, description="cloud_threshold for read-only calls (None: cloud_threshold)")
+    cloud_threshold_sensitive: float | None = Field(
+        None, ge=0.0, le=1.0, description="cloud_threshold for sensitive calls (None: cloud_threshold)")
+    cloud_threshold_other: float | None = Field(
+        None, ge=0.0, le=1.0, description="cloud_threshold for other calls (None: cloud_threshold)")
+    edge_block_threshold_read_only: float | None = Field(
+        None, ge=0.0, le=1.0, description="edge_block_threshold for read-only calls (None: edge_block_threshold)")
+    edge_block_threshold_sensitive: float | None = Field(
+        None, ge=0.0, le=1.0, description="edge_block_threshold for sensitive calls (None: edge_block_threshold)")
+    edge_block_threshold_other: float | None = Field(
+        None, ge=0.0, le=1.0, description="edge_block_threshold for other calls (None: edge_block_threshold)")
+    provenance_rule: RuleAction = Field(
+        RuleAction.ALLOW, description="a sensitive call with an argument seen only in read content: "
+                                      "allow | review | confirm | block")
+    scope_rule: RuleAction = Field(
+        RuleAction.ALLOW, description="a call with effects whose tool the request's predicted scope leaves out: "
+                                      "allow | review | confirm | block")
+
+    def cloud_threshold_for(self, kind: str) -> tuple[float, str]:
+        """The cloud threshold for a call of this kind and the parameter that sets it."""
+        name = f"cloud_threshold_{kind}"
+        value = getattr(self, name)
+        return (self.cloud_threshold, "cloud_threshold") if value is None else (value, name)
+
+    def block_threshold_for(self, kind: str) -> tuple[float, str]:
+        """The on-device block threshold for a call of this kind and the parameter that sets it."""
+        name = f"edge_block_threshold_{kind}"
+        value = getattr(self, name)
+        return (self.edge_block_threshold, "edge_block_threshold") if value is None else (value, name)
 
     def short(self) -> str:
         block = f" block>{self.edge_block_threshold:g}" if self.edge_block_threshold < 1.0 else ""
-        return (
-            f"thr={self.cloud_threshold:g} retries={self.max_retries} "
-            f"confirm={'yes' if self.require_confirmation else 'no'} fallback={self.fallback_mode}{block}"
-        )
+        parts = [f"thr={self.cloud_threshold:g} retries={self.max_retries} "
+                 f"confirm={'yes' if self.require_confirmation else 'no'} fallback={self.fallback_mode}{block}"]
+        for kind in CALL_KINDS:
+            cloud, block_at = getattr(self, f"cloud_threshold_{kind}"), getattr(self, f"edge_block_threshold_{kind}")
+            if cloud is not None:
+                parts.append(f"thr[{kind}]={cloud:g}")
+            if block_at is not None:
+                parts.append(f"block[{kind}]>{block_at:g}")
+        for name in ("provenance_rule", "scope_rule"):
+            if getattr(self, name) != RuleAction.ALLOW.value:
+                parts.append(f"{name.removesuffix('_rule')}={getattr(self, name)}")
+        return " ".join(parts)
+
+    def rules_in_words(self) -> list[str]:
+        """The policy's rules as sentences, one per kind of call and per rule (the report's "rules" list)."""
+        lines = []
+        for kind in CALL_KINDS:
+            words = kind.replace("_", "-")
+            cloud, _ = self.cloud_threshold_for(kind)
+            block, _ = self.block_threshold_for(kind)
+            if cloud > block:  # a risk that reaches the cloud threshold is refused first
+                review = "never reviewed by the cloud"
+            elif cloud <= 0.0:
+                review = "always reviewed by the cloud"
+            else:
+                review = f"reviewed by the cloud at edge risk >= {cloud:g}"
+            refuse = f"; refused on the device above risk {block:g}" if block < 1.0 else ""
+            lines.append(f"{words} calls: {review}{refuse}")
+        lines.append("sensitive calls: " + ("the user confirms them" if self.require_confirmation
+                                            else "run without the user's confirmation"))
+        actions = {"allow": "allowed", "confirm": "confirmed by the user", "review": "reviewed by the cloud",
+                   "block": "blocked on the device"}
+        lines.append("sensitive calls with an argument seen only in read content (not in the user's request): "
+                     + actions[self.provenance_rule])
+        lines.append("calls with effects to a tool outside the request's predicted scope: " + actions[self.scope_rule])
+        return lines
 
 
 PARAMETERS: tuple[str, ...] = tuple(Policy.model_fields)
+
+
+def rule_decision(policy: Policy, content_driven: bool, out_of_scope: bool) -> tuple[str, str | None]:
+    """The rules' action on a proposed call and the rule (parameter) that set it.
+
+    Rule: each rule that applies to the call (``provenance_rule`` when the call is content-driven,
+    ``scope_rule`` when it is out of scope) proposes its action; the strictest action wins (block > review >
+    confirm > allow), provenance before scope on a tie. ``("allow", None)`` when no rule interferes."""
+    action, parameter = "allow", None
+    for applies, name in ((content_driven, "provenance_rule"), (out_of_scope, "scope_rule")):
+        if applies:
+            value = getattr(policy, name)
+            if RULE_STRICTNESS[value] > RULE_STRICTNESS[action]:
+                action, parameter = value, name
+    return action, parameter
 
 
 def parse_policy(data: Any, *, file: str | Path | None = None, field: str = "") -> Policy:

@@ -32,6 +32,12 @@ class ToolAction(BaseModel):
         args = ", ".join(f"{k}={v!r}" for k, v in self.args.items())
         return f"{self.tool}({args})"
 
+    @property
+    def kind(self) -> str:
+        """The call's kind for per-kind policy settings (``rollout.policy.CALL_KINDS``), from the tool's declared
+        properties: read-only, else sensitive, else other."""
+        return "read_only" if self.read_only else "sensitive" if self.sensitive else "other"
+
 
 class GroundTruth(BaseModel):
     """Hidden facts; only verifiers and simulated models may read them, never the policy.
@@ -85,6 +91,10 @@ class Scenario(BaseModel):
     group: str | None = None
     # may be evaluated, never fitted on (``rollout.eval_only``: also recognised by content)
     eval_only: bool = False
+    # content the agent read before proposing the call (tool outputs, messages, documents), each text as read.
+    # Where a suite shows it to the models inside ``request``, it appears there verbatim; the user's own words
+    # are the request with these texts cut out (``rollout.provenance.user_words``).
+    context: tuple[str, ...] = ()
 
     @property
     def group_key(self) -> str:
@@ -96,7 +106,7 @@ def model_input(scenario: Scenario) -> tuple[str, str]:
     return scenario.request, scenario.proposed_action.model_dump_json()
 
 
-_JSON_COLUMNS = ("proposed_action", "ground_truth", "environment")
+_JSON_COLUMNS = ("proposed_action", "ground_truth", "environment", "context")
 _BOOL_COLUMNS = ("eval_only",)
 
 

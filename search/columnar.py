@@ -6,7 +6,8 @@ depends on its scenario only through
 * a handful of discrete facts, the scenario's *outcome class* (``outcome_class``): the edge's fault, the
   cloud's verdict chain, the tool and cloud fault on every attempt a policy may make, the user's answers, the
   actions' properties and how they compare with the ground truth the judge reads;
-* the edge's risk, which only the policy's two thresholds read: it picks the route (block, cloud or edge);
+* the edge's risk, which only the thresholds of the proposed call's kind read: with the rules (which read the
+  class's call facts) it picks the route (block, cloud or edge);
 * the per-call costs, which only add up.
 
 So a split compiles once to columns (``compile_columns``: class id, risk, edge cost, cumulative cloud cost per
@@ -36,7 +37,7 @@ import numpy as np
 
 from rollout.agent import DEFAULT_COSTS, Costs, replay_calls
 from rollout.calls import MAX_RECORDED_MODEL_ATTEMPTS, RecordedCalls
-from rollout.policy import MAX_RETRIES_LIMIT, FallbackMode, Policy
+from rollout.policy import CALL_KINDS, MAX_RETRIES_LIMIT, FallbackMode, Policy, rule_decision
 from search.gate import clopper_pearson_upper
 from search.results import MODEL_DECIDED, PolicyResult
 from verifiers.judge import SuiteJudge
@@ -96,7 +97,9 @@ def outcome_class(calls: RecordedCalls) -> tuple:
         return (action.sensitive, action.idempotent, action.local, action == target,
                 truth.intended_action is not None and action == truth.intended_action)
 
+    facts = calls.facts()
     return (
+        facts.kind, facts.content_driven, facts.out_of_scope,
         record.edge.error,
         tuple((review.verdict, review.error) for review in record.cloud),
         action_facts(proposal), action_facts(revision), revision == proposal,
@@ -216,15 +219,37 @@ class Template:
     lost: tuple[tuple[str, str, float], ...]  # (failure kind, parameter or MODEL_DECIDED, reward lost)
 
 
-def discrete_part(policy: Policy) -> tuple[int, bool, str]:
-    """What of a policy is not a threshold: the templates of one discrete part serve every threshold."""
-    return policy.max_retries, policy.require_confirmation, FallbackMode(policy.fallback_mode).value
+KIND_INDEX = {kind: i for i, kind in enumerate(CALL_KINDS)}
 
 
-def routes(risk: np.ndarray, policy: Policy) -> np.ndarray:
-    """The agent's route rule (``rollout.agent.route``) over a column of risks."""
-    return np.where(risk > policy.edge_block_threshold, BLOCK,
-                    np.where(risk >= policy.cloud_threshold, CLOUD, EDGE)).astype(np.int64)
+def discrete_part(policy: Policy) -> tuple:
+    """What of a policy is not a threshold: the templates of one discrete part serve every threshold. Which
+    per-kind thresholds are set is part of it: it decides the parameter a route step names."""
+    overridden = tuple(getattr(policy, f"{name}_{kind}") is None
+                       for name in ("cloud_threshold", "edge_block_threshold") for kind in CALL_KINDS)
+    return (policy.max_retries, policy.require_confirmation, FallbackMode(policy.fallback_mode).value,
+            policy.provenance_rule, policy.scope_rule, overridden)
+
+
+def routes(risk: np.ndarray, policy: Policy, kind: np.ndarray | None = None,
+           rule: np.ndarray | None = None) -> np.ndarray:
+    """The agent's route rule (``rollout.agent.route``) over a column of risks, with each row's call kind
+    (``KIND_INDEX``; None: every row of the general thresholds' kind) and the rules' action on it (``RULE_*``;
+    None: no rule applies): a rule's block, then the kind's block threshold, a rule's review, the kind's cloud
+    threshold."""
+    if kind is None:
+        block, cloud = policy.edge_block_threshold, policy.cloud_threshold
+    else:
+        block = np.array([policy.block_threshold_for(k)[0] for k in CALL_KINDS])[kind]
+        cloud = np.array([policy.cloud_threshold_for(k)[0] for k in CALL_KINDS])[kind]
+    route = np.where(risk > block, BLOCK, np.where(risk >= cloud, CLOUD, EDGE)).astype(np.int64)
+    if rule is not None:
+        route = np.where(rule == RULE_REVIEW, np.where(risk > block, BLOCK, CLOUD), route)
+        route = np.where(rule == RULE_BLOCK, BLOCK, route)
+    return route
+
+
+RULE_OTHER, RULE_REVIEW, RULE_BLOCK = 0, 1, 2  # what the rules do to a class's calls, as the route reads it
 
 
 @dataclass
@@ -246,6 +271,7 @@ class ColumnarEvaluator:
     templates: list[Template] = field(default_factory=list)
     walks: int = 0  # exemplar rollouts made (the compile cost of templates)
     _maps: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # discrete part -> ``_map``
+    _rules: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # ``class_rules`` by rules
 
     @property
     def keys(self) -> int:
@@ -292,11 +318,28 @@ class ColumnarEvaluator:
     def new_totals(self) -> Totals:
         return Totals(np.zeros(self.keys, dtype=np.int64))
 
+    def class_rules(self, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
+        """Per class: the proposed call's kind (``KIND_INDEX``) and the rules' action on it (``RULE_*``)."""
+        key = (policy.provenance_rule, policy.scope_rule, len(self.exemplars))
+        found = self._rules.get(key)
+        if found is not None:
+            return found
+        kinds = np.empty(len(self.exemplars), dtype=np.int64)
+        rules = np.empty(len(self.exemplars), dtype=np.int64)
+        for i, exemplar in enumerate(self.exemplars):
+            facts = exemplar.facts()
+            kinds[i] = KIND_INDEX[facts.kind]
+            action, _ = rule_decision(policy, facts.content_driven, facts.out_of_scope)
+            rules[i] = RULE_BLOCK if action == "block" else RULE_REVIEW if action == "review" else RULE_OTHER
+        self._rules[key] = kinds, rules
+        return kinds, rules
+
     def add(self, totals: Totals, policy: Policy, batch: Batch) -> None:
         """Add one batch of columns to a policy's totals."""
         class_id = batch["class_id"].astype(np.int64, copy=False)
         risk = batch["risk"]
-        keys = class_id * ROUTES + routes(risk, policy)
+        kinds, rules = self.class_rules(policy)
+        keys = class_id * ROUTES + routes(risk, policy, kinds[class_id], rules[class_id])
         part = discrete_part(policy)
         mapping, calls_by_key = self._map(part)
         missing = mapping[keys] < 0

@@ -16,7 +16,9 @@ from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, M
 from rollout.scenario import GroundTruth, Scenario, ToolAction
 
 # The label-reading test doubles, named: the code's default models are real (and slow to fit for a unit test).
-ORACLE_MODELS = {"edge": {"backend": "oracle"}, "cloud": {"backend": "oracle"}, "user": {"backend": "oracle"}}
+# no tool-scope model: the tests that exercise it ask for it (tests/test_rules.py)
+ORACLE_MODELS = {"edge": {"backend": "oracle"}, "cloud": {"backend": "oracle"}, "user": {"backend": "oracle"},
+                 "scope": None}
 
 
 def oracle_models(**extra) -> dict:

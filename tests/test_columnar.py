@@ -31,6 +31,8 @@ ENVIRONMENT = GroundTruthEnvironment()
 FAULTS = [None, "MODEL_TIMEOUT", "MALFORMED_OUTPUT", "ACTOR_DIED"]
 RISKS = [0.0, 0.2, 0.5, 0.7, 1.0]  # shared with the thresholds below, so ties are exercised
 
+RULES = st.sampled_from(["allow", "confirm", "review", "block"])
+KIND_THRESHOLD = st.none() | st.sampled_from(RISKS)
 policies = st.builds(
     Policy,
     cloud_threshold=st.sampled_from(RISKS) | st.floats(0.0, 1.0),
@@ -38,6 +40,10 @@ policies = st.builds(
     require_confirmation=st.booleans(),
     fallback_mode=st.sampled_from(["safe_shutdown", "ask_user", "edge_only", "none"]),
     edge_block_threshold=st.sampled_from([*RISKS, 0.9]),
+    **{f"{name}_{kind}": KIND_THRESHOLD for name in ("cloud_threshold", "edge_block_threshold")
+       for kind in ("read_only", "sensitive", "other")},
+    provenance_rule=RULES,
+    scope_rule=RULES,
 )
 # Each drawn rollout comes with twins that differ from it in one fact only (and in risk and costs): were the
 # outcome class to leave a fact out, a twin would share its original's template and the totals would differ.
@@ -45,7 +51,10 @@ FIELDS = {
     "scenario": st.integers(0, 6),
     "unsafe": st.booleans(), "injected": st.booleans(), "needs_cloud": st.booleans(),
     "intended": st.sampled_from(["none", "proposed", "other"]),
-    "sensitive": st.booleans(), "idempotent": st.booleans(), "local": st.booleans(),
+    "sensitive": st.booleans(), "idempotent": st.booleans(), "local": st.booleans(), "read_only": st.booleans(),
+    # where the proposal's argument values were seen (the provenance rule) and the predicted tool scope
+    "provenance": st.sampled_from(["request", "content", "both", "none"]),
+    "scope": st.sampled_from(["none", "in", "out"]),
     "tool_faults": st.sampled_from([(), ("error", "ok"), ("timeout", "ok"), ("error",), ("error", "timeout", "error"),
                                     ("error", "timeout", "error", "ok")]),
     "cloud_faults": st.sampled_from([(), (True, False), (True,), (False, True, True, False), (False, True, True)]),
@@ -62,14 +71,23 @@ POOL = [next(s for s in SCENARIOS if s.kind == kind) for kind in KINDS]
 
 def build_item(facts, draw):
     base = POOL[facts["scenario"]]
-    proposed = base.proposed_action.model_copy(update={k: facts[k] for k in ("sensitive", "idempotent", "local")})
+    proposed = base.proposed_action.model_copy(
+        update={k: facts[k] for k in ("sensitive", "idempotent", "local", "read_only")})
+    values = " ".join(str(value) for value in proposed.args.values() if value is not None)
+    request, context = {
+        "request": (f"Please: {values}", ()),
+        "content": ("Please help.\n[content] " + values, (values,)),
+        "both": (f"Please: {values}\n[content] {values}", (values,)),
+        "none": ("Please help.\n[content] nothing here", ("nothing here",)),
+    }[facts["provenance"]]
     other = proposed.model_copy(update={"args": {**proposed.args, "changed": True}})
     named = {"none": None, "proposed": proposed, "other": other}
     truth = base.ground_truth.model_copy(update={
         "unsafe": facts["unsafe"], "injected": facts["injected"], "needs_cloud": facts["needs_cloud"],
         "intended_action": named[facts["intended"]], "tool_faults": facts["tool_faults"],
         "cloud_faults": facts["cloud_faults"]})
-    scenario = base.model_copy(update={"ground_truth": truth, "proposed_action": proposed})
+    scenario = base.model_copy(update={"ground_truth": truth, "proposed_action": proposed, "request": request,
+                                       "context": context})
     error = facts["edge_error"]
     edge = EdgeAssessment(risk=1.0 if error else draw(st.sampled_from(RISKS) | st.floats(0.0, 1.0)),
                           proposal=proposed, cost=draw(st.floats(0.0, 0.1)), latency_ms=1.0, error=error)
@@ -80,7 +98,9 @@ def build_item(facts, draw):
             revision = {"proposed": proposed, "other": other,
                         "intended": named[facts["intended"]] or other}[facts["revision"]]
         chain.append(CloudReview(facts["verdict"], revision, "", draw(st.floats(0.0, 2.0)), 1.0))
-    record = ModelRecord(scenario.id, edge, tuple(chain), facts["confirms_proposal"], facts["confirms_revision"])
+    scope = {"none": None, "in": (proposed.tool,), "out": ("another_tool",)}[facts["scope"]]
+    record = ModelRecord(scenario.id, edge, tuple(chain), facts["confirms_proposal"], facts["confirms_revision"],
+                         scope)
     return RecordedCalls(scenario, record, ENVIRONMENT)
 
 

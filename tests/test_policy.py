@@ -11,6 +11,10 @@ def test_defaults_are_the_seed_policy():
     assert policy.model_dump() == {
         "cloud_threshold": 0.7, "max_retries": 1, "require_confirmation": True, "fallback_mode": "safe_shutdown",
         "edge_block_threshold": 1.0,  # the edge never refuses on its own unless a policy says so
+        # per kind of call: the general thresholds; the rules: no interference
+        **{f"{name}_{kind}": None for name in ("cloud_threshold", "edge_block_threshold")
+           for kind in ("read_only", "sensitive", "other")},
+        "provenance_rule": "allow", "scope_rule": "allow",
     }
 
 

@@ -3,6 +3,7 @@
     edge:  embedding | calibrated | smollm2 | lm | oracle
     cloud: reviewer | calibrated | vllm | openai | lm | oracle
     user:  approves | oracle
+    scope: tfidf (or null: no tool-scope model)
 
 ``embedding`` (a MiniLM probe) and ``reviewer`` (a SmolLM2 probe) are real models fitted on a train split;
 ``calibrated`` draws decisions from a real model's measured error rates (``far calibrate``); ``approves`` is a
@@ -64,10 +65,15 @@ USER_BACKENDS: Registry[Factory] = Registry("backend", "far.user_backends", {
     "simulated": "rollout.models.oracle:build_user",  # the oracle's old name
 })
 
+SCOPE_BACKENDS: Registry[Factory] = Registry("backend", "far.scope_backends", {
+    "tfidf": "rollout.models.scope:build_scope",
+})
+
 # backends that fit nothing on data (every other one, plugins included, is assumed to fit on its train split:
 # evaluation-only data is then kept from it, ``search.config.check_fit_data``)
 UNFITTED_BACKENDS = {"edge": frozenset({"oracle", "simulated", "calibrated"}),  # edge lm/smollm2 fit Platt scaling
-                     "cloud": frozenset({"oracle", "simulated", "calibrated", *CLOUD_LM_DEFAULTS})}
+                     "cloud": frozenset({"oracle", "simulated", "calibrated", *CLOUD_LM_DEFAULTS}),
+                     "scope": frozenset()}
 
 
 def _build(registry: Registry[Factory], spec: BackendSpec, where: str, context: BuildContext):
@@ -85,4 +91,5 @@ def build_models(config: ModelsConfig, host: LMHost | None = None, base_dir: Pat
         user=_build(USER_BACKENDS, config.user, "models.user", context),
         environment=GroundTruthEnvironment(),
         cached=tuple(context.cached),
+        scope=None if config.scope is None else _build(SCOPE_BACKENDS, config.scope, "models.scope", context),
     )

@@ -69,6 +69,9 @@ class BackendSpec(BaseModel):
 # Real models by default: the MiniLM probe on the edge, the SmolLM2 probe as the cloud reviewer (both fitted on
 # train), and a user who approves every confirmation. ``oracle`` is an upper bound you must ask for.
 DEFAULT_EDGE, DEFAULT_CLOUD, DEFAULT_USER = "embedding", "reviewer", "approves"
+# The tool-scope model predicts, from the request alone, the tools a task needs (the policy's scope_rule reads
+# it); ``scope: null`` runs none, and the scope rule then never applies.
+DEFAULT_SCOPE = "tfidf"
 
 
 class ModelsConfig(BaseModel):
@@ -76,11 +79,13 @@ class ModelsConfig(BaseModel):
     edge: BackendSpec = BackendSpec(backend=DEFAULT_EDGE)
     cloud: BackendSpec = BackendSpec(backend=DEFAULT_CLOUD)
     user: BackendSpec = BackendSpec(backend=DEFAULT_USER)
+    scope: BackendSpec | None = BackendSpec(backend=DEFAULT_SCOPE)
     cache: CacheConfig = CacheConfig()
 
     def fit_on(self) -> dict[str, FitOn]:
         """The roles fitted on another suite, and where."""
-        return {role: spec.fit_on for role in ("edge", "cloud") if (spec := getattr(self, role)).fit_on is not None}
+        return {role: spec.fit_on for role in ("edge", "cloud", "scope")
+                if (spec := getattr(self, role)) is not None and spec.fit_on is not None}
 
     def uses_actors(self) -> bool:
         return any(spec.options().get("actor", default_actor(spec.backend)) for spec in (self.edge, self.cloud))

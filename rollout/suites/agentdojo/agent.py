@@ -214,7 +214,7 @@ class _Run:
             return node.call
         occurrence = self.occurrences.get(function, 0)
         mini = call_scenario(self.episode.scenario, function, args, self.origin(function, args), occurrence,
-                             "\n".join(self.outputs)[-CONTEXT_CHARS:])
+                             "\n".join(self.outputs)[-CONTEXT_CHARS:], tuple(self.outputs))
         record = self.episode.models.record([mini])[0]
         origin = "injection" if mini.ground_truth.injected else "user"
         node.call = GuardedCall(mini, RecordedCalls(mini, record, GroundTruthEnvironment()), origin, function,

@@ -50,18 +50,22 @@ def fault_patterns(scenario: Scenario, call_key: str) -> tuple[tuple, tuple]:
 
 
 def call_scenario(scenario: Scenario, function: str, args: dict[str, Any], origin: str, occurrence: int,
-                  context: str = "") -> Scenario:
+                  context: str = "", read: tuple[str, ...] = ()) -> Scenario:
     """One proposed call of an episode as a one-action scenario, which is what the guard's models judge:
     the user's request (plus the tool output seen so far), the call, and labels for simulated models and
-    calibration -- a call serves the user's task (``origin == "user"``) or an injection task's."""
+    calibration -- a call serves the user's task (``origin == "user"``) or an injection task's. ``read`` is every
+    tool output the agent has read in the episode (the provenance rule's read content; ``context``, the tail
+    the models see, is cut out of the request with them)."""
     key = call_key(function, args, occurrence)
+    shown = f"\n\nTool outputs so far:\n{context}" if context else ""
     action = to_tool_action(function, args)
     tool_faults, cloud_faults = fault_patterns(scenario, key)
     injected = origin == "injection"
     return Scenario(
         id=f"{scenario.id}#{key}", suite=scenario.suite, category=scenario.category, kind=f"{origin}_call",
         task_mode=scenario.task_mode, split=scenario.split, group=scenario.group,
-        request=scenario.request + (f"\n\nTool outputs so far:\n{context}" if context else ""),
+        request=scenario.request + shown,
+        context=((shown,) if shown else ()) + tuple(read),
         proposed_action=action,
         ground_truth=GroundTruth(unsafe=injected, injected=injected, benign_sensitive=not injected and action.sensitive,
                                  intended_action=None if injected else action, tool_faults=tool_faults,
