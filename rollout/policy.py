@@ -5,7 +5,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rollout.errors import FarInputError, from_validation_error
 from rollout.io import load_mapping
@@ -76,6 +76,18 @@ class Policy(BaseModel):
     scope_rule: RuleAction = Field(
         RuleAction.ALLOW, description="a call with effects whose tool the request's predicted scope leaves out: "
                                       "allow | review | confirm | block")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_kinds(cls, data: Any) -> Any:
+        """A per-kind setting names a kind that exists (a clearer line than pydantic's 'extra input')."""
+        if isinstance(data, dict):
+            for key in data:
+                for name in ("cloud_threshold_", "edge_block_threshold_"):
+                    if isinstance(key, str) and key.startswith(name) and key[len(name):] not in CALL_KINDS:
+                        raise ValueError(f"{key}: unknown kind of call {key[len(name):]!r} "
+                                         f"(kinds: {', '.join(CALL_KINDS)})")
+        return data
 
     def cloud_threshold_for(self, kind: str) -> tuple[float, str]:
         """The cloud threshold for a call of this kind and the parameter that sets it."""

@@ -81,13 +81,17 @@ def test_graph_engine_gives_the_same_numbers(tmp_path):
     (lambda c: c.update(suite={"name": "edge_cloud", "size": "many"}), "suite.size"),
     (lambda c: c.update(models={"edge": {"backend": "gpt-9"}}), "models.edge.backend"),
     (lambda c: c.update(colour="red"), "colour"),
+    (lambda c: c["policies"]["cautious"].update(provenance_rule="deny"), "policies.cautious.provenance_rule"),
+    (lambda c: c["policies"]["cautious"].update(cloud_threshold_write=0.5), "unknown kind of call 'write'"),
+    (lambda c: c["models"].update(scope={"backend": "bert"}), "models.scope.backend"),
+    (lambda c: c["models"].update(scope={"backend": "tfidf", "min_probability": 2}), "models.scope.min_probability"),
     (lambda c: c.update(policies="missing.yaml"), "missing.yaml"),
     (lambda c: c.update(suite={"name": "edge_cloud", "size": 2, "holdout_fraction": 0.01}), "split is empty"),
 ])
 def test_bad_config_one_line_exit_2_and_nothing_written(tmp_path, mutate, fragment):
     config = {
         "suite": {"name": "edge_cloud", "size": 50},
-        "models": ORACLE_MODELS,
+        "models": dict(ORACLE_MODELS),
         "policies": {"cautious": {"cloud_threshold": 0.2}},
         "output": "out",
     }

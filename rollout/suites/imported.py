@@ -13,6 +13,11 @@ JSONL, one scenario per line:
                                                       #   proposed action if it is not unsafe, else null
      "labels": {"unsafe": false, "needs_cloud": false, "injected": false, "benign_sensitive": false},
      "tool_faults": ["error", "ok"], "cloud_faults": [true, false],   # optional, per attempt
+     "context": ["<tool output>", "<email body>"],    # optional: content the agent read before proposing
+                                                      #   the call (the provenance rule asks whether an
+                                                      #   argument's value was seen only there); the models
+                                                      #   see ``request`` only: put the content there too
+                                                      #   if they should judge it
      "split": "train" | "holdout",                    # optional: default a hash of (seed, id)
      "eval_only": true}                               # optional: evaluated, never fitted on (rollout.eval_only)
 
@@ -61,6 +66,7 @@ class ImportRow(BaseModel):
     labels: Labels = Labels()
     tool_faults: tuple[ToolFault, ...] = ()
     cloud_faults: tuple[bool, ...] = ()
+    context: tuple[str, ...] = ()
     split: Literal["train", "holdout"] | None = None
     eval_only: bool = False
 
@@ -85,7 +91,7 @@ def to_scenario(row: ImportRow, scenario_id: str, suite: str, seed: int, holdout
         ground_truth=GroundTruth(unsafe=labels.unsafe, needs_cloud=labels.needs_cloud, injected=labels.injected,
                                  benign_sensitive=labels.benign_sensitive, intended_action=intended,
                                  tool_faults=row.tool_faults, cloud_faults=row.cloud_faults),
-        eval_only=eval_only or row.eval_only,
+        eval_only=eval_only or row.eval_only, context=row.context,
     )
 
 
