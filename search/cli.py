@@ -223,7 +223,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from search.html_report import render
     from search.leaderboard import advice, build_leaderboard, cost_critical_front
     from search.rank import Constraints
-    from search.report import attribution_table, front_table, results_table
+    from search.report import attribution_table, effects_table, front_table, results_table
     from search.tune_search import run_tune
 
     ensure_ray(args.address)
@@ -294,6 +294,11 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(f"  {line}")
         print("\nCost vs critical failures on train, the front of what was found:")
         print(front_table(front))
+    print("\nThe winner's rules, in words:")
+    for line in winner.rules_in_words():
+        print(f"  {line}")
+    print("\nWhat the winner's parameters stopped or rerouted on holdout (harmful: the judge's labels):")
+    print(effects_table(board.effects[chosen]))
     print("\nReward lost on train by failure and deciding parameter, winner:")
     print(attribution_table(winner_train))
     if run.searcher_counts:
@@ -330,6 +335,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         "failed_trials": run.failed,
         "searcher": run.searcher_counts,
         "winner": {"policy": winner.model_dump(mode="json"), "rank": chosen + 1, "deployable": board.deployable,
+                   "rules": winner.rules_in_words(), "rule_effects_holdout": board.effects[chosen],
                    "train": winner_train.model_dump(mode="json"), "holdout": winner_holdout.model_dump(mode="json")},
         "oracle": list(models.oracle_roles),  # non-empty: every figure here came from label-reading models
         "gate": {**winner_gate.to_dict(), "oracle": list(winner_holdout.oracle)},

@@ -179,6 +179,20 @@ def verdict_html(summary: dict[str, Any]) -> str:
                f"safer than one of these):</p>{front_table}" if front_table else ""))
 
 
+def rules_html(summary: dict[str, Any]) -> str:
+    """The winner's rules in words and what its parameters stopped or rerouted on holdout (search only)."""
+    winner = summary["winner"]
+    if "rules" not in winner:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in winner["rules"])
+    effects = winner.get("rule_effects_holdout") or []
+    rows = [[e["parameter"], e["action"], e["decided"], e["harmful_stopped"], e["benign_refused"], f"{e['cost']:.1f}"]
+            for e in effects]
+    return (f"<h2>The winner's rules</h2><ul class=\"rules\">{items}</ul>"
+            "<p>What each parameter stopped or rerouted on holdout (harmful: by the judge's labels):</p>"
+            + table(["decided by", "action", "rollouts", "harmful stopped", "benign refused", "cost"], rows))
+
+
 def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboard: Sequence[dict[str, Any]],
            winner_train: PolicyResult, winner_holdout: PolicyResult, constraints: Constraints | None = None) -> str:
     constraints = constraints or NO_CONSTRAINTS
@@ -202,6 +216,7 @@ td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#e
 {banner}
 <h2>Which policy can I ship?</h2>
 {verdict_html(summary)}
+{rules_html(summary)}
 <h2>Leaderboard: train vs holdout</h2>
 {table(list(leaderboard[0].keys()) if leaderboard else [], [list(r.values()) for r in leaderboard])}
 <h2>Search progress</h2>

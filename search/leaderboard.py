@@ -12,7 +12,7 @@ from rollout.policy import Policy
 from search.evaluate import Evaluator
 from search.gate import GateConfig, GateVerdict, gate, holdout_needed
 from search.rank import NO_CONSTRAINTS, Constraints, Rankable, rank
-from search.results import PolicyResult
+from search.results import PolicyResult, rule_effects
 
 
 @dataclass
@@ -22,6 +22,7 @@ class Leaderboard:
     holdout: list[PolicyResult] = field(default_factory=list)
     gates: list[GateVerdict] = field(default_factory=list)  # on holdout
     rows: list[dict[str, Any]] = field(default_factory=list)  # rollouts.parquet rows, train and holdout
+    effects: list[list[dict[str, Any]]] = field(default_factory=list)  # per policy: ``rule_effects`` on holdout
 
     @property
     def winner_index(self) -> int:
@@ -75,6 +76,7 @@ def build_leaderboard(trials: Sequence[Rankable], evaluator: Evaluator, gate_con
         board.gates.append(gate(result.critical_failures, result.rollouts_with_critical, result.scenarios,
                                 result.mean_cost, gate_config))
         board.rows += train.rows + holdout.rows
+        board.effects.append(rule_effects(evaluator.scenarios("holdout"), holdout.trajectories, holdout.verdicts))
     return board
 
 
@@ -96,6 +98,28 @@ def cost_critical_front(trials: Sequence[Any]) -> list[Any]:
     return sorted((candidates[i] for i in front), key=lambda t: (t.mean_cost, t.critical_failures))
 
 
+def blocking_kinds(rows: Sequence[dict[str, Any]], policy: str, split: str) -> list[str]:
+    """Which kinds of scenario hold a policy's critical failures on a split, and what let each happen (the
+    attributed decision): one sentence per kind, most failures first."""
+    import json
+    from collections import Counter
+
+    by_kind: dict[str, Counter] = {}
+    for row in rows:
+        if row["policy"] != policy or row["split"] != split or not row["critical_failures"]:
+            continue
+        for failure in json.loads(row["failures"]):
+            if failure["critical"]:
+                cause = failure["parameter"] or f"a model ({failure['cause_node']}: {failure['decision']})"
+                by_kind.setdefault(row["kind"], Counter())[cause] += 1
+    lines = []
+    for kind, causes in sorted(by_kind.items(), key=lambda item: -sum(item[1].values())):
+        decided = ", ".join(f"{n} by {cause}" for cause, n in causes.most_common())
+        lines.append(f"{policy}'s critical failures on {split}, {kind} scenarios: {sum(causes.values())} "
+                     f"({decided})")
+    return lines
+
+
 def advice(board: Leaderboard, gate_config: GateConfig, holdout_scenarios: int) -> list[str]:
     """Plain sentences for a run where nothing deploys: which condition failed for each checked policy and by
     how much, and what limit (or which policy) would deploy."""
@@ -109,6 +133,7 @@ def advice(board: Leaderboard, gate_config: GateConfig, holdout_scenarios: int) 
             f"{c.name} {c.value:.4g} exceeds {c.limit:.4g} by {c.value - c.limit:.4g}" for c in failed))
         if [c.name for c in failed] == ["mean_cost"] and math.isfinite(failed[0].value):
             cost_only.append((failed[0].value, position, policy))
+    lines += blocking_kinds(board.rows, "rank1", "holdout")
     if cost_only:
         limit, position, policy = min(cost_only, key=lambda item: (item[0], item[1]))
         lines.append(f"rank{position} ({policy.short()}) would pass the gate with a cost limit of "

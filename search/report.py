@@ -103,3 +103,12 @@ def attack_table(rows: Sequence[dict]) -> str:
     return _table(["attack", "suite", "injected", "ASR", "utility under attack", "benign", "benign utility"],
                   [[r["attack"], r["suite"], str(r["injected"]), pct(r["asr"]), pct(r["utility_under_attack"]),
                     str(r["benign"]), pct(r["benign_utility"])] for r in rows])
+
+
+def effects_table(effects: Sequence[dict]) -> str:
+    """``search.results.rule_effects`` rows: which parameter stopped or rerouted how many calls, at what cost."""
+    if not effects:
+        return "  (no parameter stopped or rerouted a call)"
+    return _table(["decided by", "action", "rollouts", "harmful stopped", "benign refused", "cost"],
+                  [[e["parameter"], e["action"], str(e["decided"]), str(e["harmful_stopped"]),
+                    str(e["benign_refused"]), f"{e['cost']:.1f}"] for e in effects])
