@@ -282,3 +282,37 @@ def test_rule_effects_count_what_each_parameter_stopped_and_refused():
     rows = [dict(r, split="holdout") for r in rows]
     assert blocking_kinds(rows, "rank1", "holdout") == [
         "rank1's critical failures on holdout, test scenarios: 1 (1 by require_confirmation)"]
+
+
+def test_the_readme_jsonl_example_with_context_is_blocked_by_provenance(tmp_path):
+    """The README's imported scenario (its `context` list) goes end to end: import, provenance, the rule."""
+    import json
+    from pathlib import Path
+
+    from rollout.suites.imported import import_jsonl
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("For example, an injected payment")[1].split("```json\n")[1].split("```")[0]
+    example = json.loads(" ".join(block.splitlines()))
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps(example) + "\n" + json.dumps({**example, "context": "not a list"}) + "\n")
+    imported = import_jsonl(path, registry=_NoRegistry())
+    assert len(imported.scenarios) == 1
+    assert imported.errors == [f"{path}:2: field 'context': Input should be a valid tuple"]
+    [scenario] = imported.scenarios
+    assert content_driven(scenario, scenario.proposed_action)
+    trajectory = replay(scenario, Policy(cloud_threshold=1.0, provenance_rule="block"),
+                        make_record(scenario, risk=0.0), ENVIRONMENT)
+    assert steps(trajectory)[1] == ("route", "block", "provenance_rule")
+    assert RuleVerifier().verify(scenario, trajectory).critical_failures == 0
+    unguarded = replay(scenario, Policy(cloud_threshold=1.0, require_confirmation=False),
+                       make_record(scenario, risk=0.0), ENVIRONMENT)
+    assert RuleVerifier().verify(scenario, unguarded).critical_failures == 1
+
+
+class _NoRegistry:
+    def known(self, hashes):
+        return set()
+
+    def add(self, scenarios, source):
+        pass
