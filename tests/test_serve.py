@@ -299,7 +299,8 @@ def test_far_serve_refuses_to_fit_on_evaluation_only_data_before_ray(tmp_path):
 
     elsewhere = tmp_path / "elsewhere.yaml"
     elsewhere.write_text(yaml.safe_dump({"suites": suites, "models": {
-        **learned, "edge": {"backend": "embedding", "fit_on": {"suite": SUITE}}}}))
+        **learned, "edge": {"backend": "embedding", "fit_on": {"suite": SUITE}},
+        "scope": {"backend": "tfidf", "fit_on": {"suite": SUITE}}}}))
     check_suites(load_serve_config(elsewhere), tmp_path, elsewhere)
 
 
