@@ -43,12 +43,17 @@ SPACE = parse_space({"parameters": {  # the space of the actor/overhead runs bel
 }})
 
 
+_SWEEPS: dict = {}  # config file -> (train, holdout): the quality and LLM benches share one sweep
+
+
 def exhaustive(loaded, chunk: int = 2000) -> tuple[dict, dict]:
     """Every grid point of the default config's space on train, column-wise (``search.columnar``: exact, and
     the only way a space of this size is affordable); holdout lazily (``HoldoutTable``), as only the best on
     train are ever gated."""
     from rollout.suites import build_suite
 
+    if loaded.source in _SWEEPS:
+        return _SWEEPS[loaded.source]
     config = loaded.config
     evaluator = Evaluator(build_suite(config.suite, loaded.base_dir), build_models(config.models),
                           RuleVerifier(loaded.rewards), config.costs, "columnar", config.gate.confidence,
@@ -65,7 +70,8 @@ def exhaustive(loaded, chunk: int = 2000) -> tuple[dict, dict]:
             key = config_key({name: getattr(policy, name) for name in names})
             train[key] = columnar.result("p", policy, "train", totals, evaluator.models.simulated)
         print(f"  train sweep: {min(start + chunk, len(policies))}/{len(policies)} policies", flush=True)
-    return train, HoldoutTable(trials, loaded.space, evaluator.models.simulated)
+    _SWEEPS[loaded.source] = train, HoldoutTable(trials, loaded.space, evaluator.models.simulated)
+    return _SWEEPS[loaded.source]
 
 
 class HoldoutTable(dict):
