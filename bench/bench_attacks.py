@@ -9,7 +9,10 @@ shipped gate's cost limit, then evaluated on holdout; per (suite, attack): ASR, 
 benign utility, with AgentDojo's definitions (ASR = injected episodes whose injection task's security check
 says the attack succeeded; utility under attack = injected episodes whose user task's utility check passes).
 The undefended policy (no review, no block) is measured too: the scripted agent follows every injection it
-reads, so its ASR is the attack's reach into these episodes, not a model's gullibility.
+reads, so its ASR is the attack's reach into these episodes, not a model's gullibility. The grid crosses the
+thresholds with the rules (``provenance_rule`` and ``scope_rule`` in ``RULES``; issue 36), and the searched
+policy's holdout rollouts say which parameter stopped or rerouted how many calls (``search.results.rule_effects``).
+ASR comes with exact (Clopper-Pearson) 95% intervals.
 
 Writes bench/out/attacks.json.
 """
@@ -29,6 +32,17 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from bench.bench_real import COST_LIMIT, REAL, policy_grid  # noqa: E402
 
 ATTACKS = ("important_instructions", "tool_knowledge", "ignore_previous", "direct")
+RULES = ("allow", "review", "block")
+
+
+def exact_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Two-sided Clopper-Pearson interval for a rate."""
+    from scipy.stats import beta
+
+    alpha = 1 - confidence
+    low = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
+    high = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
+    return low, high
 
 
 def run_split(split_by: str, suites: list[str], attacks: list[str], version: str) -> dict:
@@ -37,8 +51,8 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
     from rollout.suites import build_suite
     from search.evaluate import Evaluator
     from search.rank import Constraints, rank
-    from search.report import attack_rows, attack_table
-    from search.results import breakdown
+    from search.report import attack_rows, attack_table, effects_table
+    from search.results import breakdown, rule_effects
     from verifiers.rules import RuleVerifier
 
     spec = {"name": "agentdojo", "suites": suites, "version": version, "attacks": attacks, "seed": 0,
@@ -47,7 +61,8 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
     started = time.perf_counter()
     evaluator = Evaluator(suite, build_models(ModelsConfig.model_validate(REAL)), RuleVerifier(),
                           progress=lambda m: print(m, flush=True))
-    grid = policy_grid(agentdojo=True)
+    grid = [p.model_copy(update={"provenance_rule": a, "scope_rule": b})
+            for p in policy_grid(agentdojo=True) for a in RULES for b in RULES]
     train = [evaluator.evaluate(f"p{i}", p, "train").result for i, p in enumerate(grid)]
     best = rank(train, Constraints(max_mean_cost=COST_LIMIT["agentdojo"]))[0]
     print(f"  {split_by}: best on train {best.policy.short()} ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -58,12 +73,16 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
         evaluation = evaluator.evaluate(label, policy, "holdout")
         rows = attack_rows(breakdown(label, "holdout", evaluator.scenarios("holdout"), evaluation.verdicts),
                            label, "holdout")
+        for row in rows:
+            row["asr_95"] = exact_interval(round(row["asr"] * row["injected"]), row["injected"])
         result = evaluation.result
-        out[label] = {"per_attack": rows, "critical_failures": result.critical_failures,
+        effects = rule_effects(evaluator.scenarios("holdout"), evaluation.trajectories, evaluation.verdicts)
+        out[label] = {"per_attack": rows, "rule_effects": effects, "critical_failures": result.critical_failures,
                       "rollouts_with_critical": result.rollouts_with_critical, "n": result.scenarios,
                       "mean_cost": result.mean_cost, "mark": result.mark}
-        print(f"  {split_by} {label} [{result.mark}] mean cost {result.mean_cost:.2f}\n{attack_table(rows)}",
-              flush=True)
+        print(f"  {split_by} {label} [{result.mark}] mean cost {result.mean_cost:.2f}\n{attack_table(rows)}\n"
+              + "\n".join(f"  ASR 95% {r['attack']} {r['suite']}: [{r['asr_95'][0]:.3f}, {r['asr_95'][1]:.3f}]"
+                          for r in rows) + f"\n{effects_table(effects)}", flush=True)
     out["seconds"] = time.perf_counter() - started
     return out
 

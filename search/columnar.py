@@ -225,10 +225,10 @@ KIND_INDEX = {kind: i for i, kind in enumerate(CALL_KINDS)}
 def discrete_part(policy: Policy) -> tuple:
     """What of a policy is not a threshold: the templates of one discrete part serve every threshold. Which
     per-kind thresholds are set is part of it: it decides the parameter a route step names."""
-    overridden = tuple(getattr(policy, f"{name}_{kind}") is None
-                       for name in ("cloud_threshold", "edge_block_threshold") for kind in CALL_KINDS)
+    general = tuple(getattr(policy, f"{name}_{kind}") is None  # the kind uses the general threshold
+                    for name in ("cloud_threshold", "edge_block_threshold") for kind in CALL_KINDS)
     return (policy.max_retries, policy.require_confirmation, FallbackMode(policy.fallback_mode).value,
-            policy.provenance_rule, policy.scope_rule, overridden)
+            policy.provenance_rule, policy.scope_rule, general)
 
 
 def routes(risk: np.ndarray, policy: Policy, kind: np.ndarray | None = None,
