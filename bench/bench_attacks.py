@@ -69,7 +69,11 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
     undefended = Policy(cloud_threshold=1.0, max_retries=1, require_confirmation=False, fallback_mode="safe_shutdown")
     out = {"suite": suite.describe(), "grid_size": len(grid), "winner": best.policy.model_dump(mode="json"),
            "winner_short": best.policy.short(), "fit": evaluator.fit_report}
-    for label, policy in (("searched", best.policy), ("undefended", undefended)):
+    # the plain baseline: the same search over the thresholds alone (both rules allow)
+    plain = rank([r for r in train if r.policy.provenance_rule == "allow" and r.policy.scope_rule == "allow"],
+                 Constraints(max_mean_cost=COST_LIMIT["agentdojo"]))[0]
+    out["thresholds_only_winner"] = plain.policy.short()
+    for label, policy in (("searched", best.policy), ("thresholds_only", plain.policy), ("undefended", undefended)):
         evaluation = evaluator.evaluate(label, policy, "holdout")
         rows = attack_rows(breakdown(label, "holdout", evaluator.scenarios("holdout"), evaluation.verdicts),
                            label, "holdout")
