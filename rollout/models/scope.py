@@ -87,33 +87,33 @@ class TfidfToolScope:
             raise FarInputError("the tool-scope model needs scenarios whose task needs a tool", field="suite")
         key = self._key(pairs)
         stored = data_dir() / "scope" / f"{key}.pkl"
-        fresh = TfidfToolScope(self.config)  # rebound, not mutated: a copy fitted anew leaves the original as it was
         if stored.is_file():
             with stored.open("rb") as file:  # our own cache file, written below
-                fresh._model, fresh.tools = pickle.load(file)
+                model, tools = pickle.load(file)
         else:
             if progress is not None:
                 progress(f"    tool-scope model: fitting on {len(pairs)} distinct requests, {len(tools)} tools")
-            fresh._model, fresh.tools = self._fitted(pairs, tools), tools
+            model = self._fitted(pairs, tools)
 
             def write(tmp: str) -> None:
                 with open(tmp, "wb") as file:
-                    pickle.dump((fresh._model, fresh.tools), file)
+                    pickle.dump((model, tools), file)
 
             write_atomic(stored, write)
-        self._model, self.tools, self.fit_key = fresh._model, fresh.tools, key
+        # rebound, not mutated: a shallow copy fitted anew leaves the original as it was (ModelSet.refitted)
+        self._model, self.tools, self.fit_key = model, tools, key
 
     def _fitted(self, pairs: Sequence[tuple[str, tuple[str, ...]]], tools: tuple[str, ...]) -> Any:
         from sklearn.feature_extraction.text import TfidfVectorizer
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
 
+        if len(tools) == 1:  # one tool: everything is in scope (a classifier needs two classes)
+            return None
         texts = [text for text, needed in pairs for _ in needed]
         labels = [tool for _, needed in pairs for tool in needed]
         model = make_pipeline(TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True),
                               LogisticRegression(C=1.0 / self.config.l2, max_iter=3000))
-        if len(tools) == 1:  # one tool: everything is in scope (a classifier needs two classes)
-            return None
         return model.fit(texts, labels)
 
     def probabilities(self, scenarios: Sequence[Scenario]) -> np.ndarray:
