@@ -183,8 +183,12 @@ def check_fit_data(models: Any, source: str | Path, suite: Any, fit_on: dict[str
     for role, other in fit_on.items():
         refuse_eval_only(other.scenarios("train"), f"fitting the {role} model (config {source})",
                          file=getattr(other, "path", None) or source, field=f"models.{role}.fit_on")
-    fitted_here = [role for role in ("edge", "cloud", "scope") if role not in fit_on and getattr(models, role) is not None
-                   and getattr(models, role).backend not in UNFITTED_BACKENDS[role]]
+    def fitted(role: str) -> bool:
+        spec = getattr(models, role)
+        return spec is not None and (spec.backend not in UNFITTED_BACKENDS[role]
+                                     or (role == "cloud" and models.reviser is not None))  # fitted with the cloud
+
+    fitted_here = [role for role in ("edge", "cloud", "scope") if role not in fit_on and fitted(role)]
     uses = {"search": "choosing the policy (the search ranks policies on train)",
             "calibrate": "measuring a calibration"}.get(purpose)
     if uses is None and fitted_here:

@@ -4,11 +4,15 @@
     cloud: reviewer | calibrated | vllm | openai | lm | oracle
     user:  approves | oracle
     scope: tfidf (or null: no tool-scope model)
+    reviser: {engine, model, demonstrations} (or null, the default: the cloud only executes or vetoes)
 
 ``embedding`` (a MiniLM probe) and ``reviewer`` (a SmolLM2 probe) are real models fitted on a train split;
 ``calibrated`` draws decisions from a real model's measured error rates (``far calibrate``); ``approves`` is a
 user who approves confirmations without reading labels. ``oracle`` models read the scenario's labels
 (``rollout.models.oracle``): an upper bound, marked ORACLE in every output; ``simulated`` is their old name.
+
+``reviser`` wraps whatever cloud is chosen (``rollout.models.reviser.RevisingCloud``): a generative model rewrites
+the calls the cloud would execute, so the cloud can answer ``revise``; it is fitted with the cloud.
 
 ``smollm2`` = ``lm`` on the transformers engine with the wheel's SmolLM2; ``vllm`` = ``lm`` on the vLLM
 engine; ``openai`` = ``lm`` on the HTTP client. LM-backed backends go through the persistent model-call cache
@@ -85,9 +89,14 @@ def _build(registry: Registry[Factory], spec: BackendSpec, where: str, context: 
 
 def build_models(config: ModelsConfig, host: LMHost | None = None, base_dir: Path | None = None) -> ModelSet:
     context = BuildContext(host or InProcessHost(), open_cache(config.cache), base_dir)
+    cloud = _build(CLOUD_BACKENDS, config.cloud, "models.cloud", context)
+    if config.reviser is not None:
+        from rollout.models.reviser import LMReviser, RevisingCloud
+
+        cloud = RevisingCloud(cloud, LMReviser(context.lm(config.reviser.lm_options()), config.reviser))
     return ModelSet(
         edge=_build(EDGE_BACKENDS, config.edge, "models.edge", context),
-        cloud=_build(CLOUD_BACKENDS, config.cloud, "models.cloud", context),
+        cloud=cloud,
         user=_build(USER_BACKENDS, config.user, "models.user", context),
         environment=GroundTruthEnvironment(),
         cached=tuple(context.cached),

@@ -80,6 +80,9 @@ class ModelsConfig(BaseModel):
     cloud: BackendSpec = BackendSpec(backend=DEFAULT_CLOUD)
     user: BackendSpec = BackendSpec(backend=DEFAULT_USER)
     scope: BackendSpec | None = BackendSpec(backend=DEFAULT_SCOPE)
+    # a generative model that rewrites the calls the cloud would execute (``rollout.models.reviser``); null: the
+    # cloud only executes or vetoes
+    reviser: "ReviserConfig | None" = None
     cache: CacheConfig = CacheConfig()
 
     def fit_on(self) -> dict[str, FitOn]:
@@ -88,7 +91,8 @@ class ModelsConfig(BaseModel):
                 if (spec := getattr(self, role)) is not None and spec.fit_on is not None}
 
     def uses_actors(self) -> bool:
-        return any(spec.options().get("actor", default_actor(spec.backend)) for spec in (self.edge, self.cloud))
+        return (any(spec.options().get("actor", default_actor(spec.backend)) for spec in (self.edge, self.cloud))
+                or (self.reviser is not None and self.reviser.actor))
 
 
 def default_actor(backend: str) -> bool:
@@ -107,6 +111,17 @@ class EngineChoice(BaseModel):
     def lm_options(self) -> "LMOptions":
         return LMOptions(engine=self.engine, model=self.model, engine_options=self.engine_options,
                          actor=self.actor)
+
+
+class ReviserConfig(EngineChoice):
+    """``models.reviser``: the generative model that writes the cloud's revisions (``rollout.models.reviser``)."""
+
+    demonstrations: int = Field(4, ge=0)  # the nearest train examples of the same tool shown in the prompt
+    max_tokens: int = Field(96, ge=8)
+    cost: float = Field(0.0, ge=0.0)  # added to a review's cost when the reviser runs
+
+
+ModelsConfig.model_rebuild()
 
 
 class LMOptions(EngineChoice):

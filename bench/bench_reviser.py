@@ -1,0 +1,147 @@
+"""The cloud that revises (``models.reviser``, issue 36 part 2) on the built-in suite: how many requests that need
+a cloud revision it completes, how many right calls it breaks, and what it costs per call on this CPU.
+
+    python bench/bench_reviser.py [--model smollm2] [--out bench/out/reviser.json]
+
+1. Choosing the number of demonstrations, on train only: 3-fold cross-validation by template group; in each
+   fold the reviser takes its demonstrations from the other folds and revises a sample of the fold's
+   needs-cloud and benign calls. The setting with the most right calls wins (ties: fewer demonstrations, the
+   cheaper prompt).
+2. The holdout, read once with that setting (demonstrations from all of train): every needs-cloud request, and
+   a sample of the benign ones (kinds benign, benign_sensitive, diagnostic), through the shipped reviewer (the
+   SmolLM2 probe, fitted on train) and the reviser behind it, as ``far`` records them. A needs-cloud request is
+   completed by the cloud when the reviewer passes it and the revision is the intended call; a benign call is
+   broken when the reviser changes a right call. The plain baseline is the reviewer alone: it completes none.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from bench.bench_attacks import exact_interval  # noqa: E402
+from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+
+SUITE = EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3)  # configs/search.yaml's
+BENIGN = ("benign", "benign_sensitive", "diagnostic")
+CHOICES = (2, 4)
+
+
+def sample(scenarios, kinds, n, seed):
+    chosen = [s for s in scenarios if s.kind in kinds]
+    random.Random(seed).shuffle(chosen)
+    return chosen if n is None else chosen[:n]
+
+
+def right_calls(reviser, scenarios) -> tuple[int, Counter, float]:
+    """Revisions equal to the intended call, per category, and seconds per call."""
+    started = time.perf_counter()
+    revisions = reviser.revise(scenarios, [s.proposed_action for s in scenarios])
+    seconds = (time.perf_counter() - started) / max(1, len(scenarios))
+    right = Counter(s.category for s, r in zip(scenarios, revisions)
+                    if r.args == s.ground_truth.intended_action.args)
+    return sum(right.values()), right, seconds
+
+
+def choose(train, lm, per_fold: int) -> tuple[int, list[dict]]:
+    from sklearn.model_selection import GroupKFold
+
+    from rollout.models.reviser import LMReviser
+    from rollout.models.spec import ReviserConfig
+
+    rows = []
+    for k in CHOICES:
+        right = total = 0
+        for fold, (fit_index, measure_index) in enumerate(
+                GroupKFold(3).split(train, groups=[s.group_key for s in train])):
+            reviser = LMReviser(lm, ReviserConfig(demonstrations=k))
+            reviser.fit([train[i] for i in fit_index])
+            held = [train[i] for i in measure_index]
+            measured = (sample(held, ("needs_cloud",), per_fold, fold)
+                        + sample(held, BENIGN, per_fold, fold))
+            fold_right, _, seconds = right_calls(reviser, measured)
+            right, total = right + fold_right, total + len(measured)
+            print(f"  k={k} fold {fold}: {fold_right}/{len(measured)} right, {seconds:.2f} s per call", flush=True)
+        rows.append({"demonstrations": k, "right": right, "measured": total})
+    best = max(rows, key=lambda row: (row["right"], -row["demonstrations"]))
+    return best["demonstrations"], rows
+
+
+def holdout(train, held, lm, k: int, benign_n: int) -> dict:
+    from rollout.models.backends import ModelsConfig, build_models
+    from rollout.models.reviser import LMReviser, RevisingCloud
+    from rollout.models.spec import ReviserConfig
+
+    reviewer = build_models(ModelsConfig()).cloud
+    reviewer.fit(train)
+    cloud = RevisingCloud(reviewer, LMReviser(lm, ReviserConfig(demonstrations=k)))
+    cloud.reviser.fit(train)
+    needs = sample(held, ("needs_cloud",), None, 0)
+    benign = sample(held, BENIGN, benign_n, 0)
+    started = time.perf_counter()
+    reviews = cloud.review(needs + benign, [s.proposed_action for s in needs + benign])
+    seconds = (time.perf_counter() - started) / len(reviews)
+    outcome: Counter = Counter()
+    by_category: Counter = Counter()
+    for scenario, review in zip(needs + benign, reviews):
+        intended = scenario.ground_truth.intended_action
+        final = review.revision if review.verdict == "revise" else scenario.proposed_action
+        group = "needs_cloud" if scenario.kind == "needs_cloud" else "benign"
+        if review.verdict == "veto":
+            outcome[group, "vetoed"] += 1
+        elif final == intended:
+            outcome[group, "completed"] += 1
+            by_category[scenario.category] += group == "needs_cloud"
+        else:
+            outcome[group, "revised wrong" if review.verdict == "revise" else "not revised"] += 1
+    completed = outcome["needs_cloud", "completed"]
+    broken = outcome["benign", "revised wrong"]
+    return {
+        "demonstrations": k, "seconds_per_review": round(seconds, 2),
+        "needs_cloud": {"n": len(needs), "completed": completed,
+                        "interval": [round(x, 3) for x in exact_interval(completed, len(needs))],
+                        "by_category": dict(by_category),
+                        "per_category_n": dict(Counter(s.category for s in needs)),
+                        "outcomes": {o: n for (g, o), n in outcome.items() if g == "needs_cloud"}},
+        "benign": {"n": len(benign), "broken": broken,
+                   "interval": [round(x, 3) for x in exact_interval(broken, len(benign))],
+                   "outcomes": {o: n for (g, o), n in outcome.items() if g == "benign"}},
+        "baseline_reviewer_alone": {"needs_cloud_completed": 0,
+                                    "why": "a probe answers execute or veto; the edge's call is not the intended one"},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2", help="the reviser's weights (smollm2 or a local HF folder)")
+    parser.add_argument("--per-fold", type=int, default=20, help="needs-cloud and benign calls measured per fold")
+    parser.add_argument("--benign", type=int, default=100, help="benign holdout calls measured")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "reviser.json")
+    args = parser.parse_args()
+
+    from rollout.models.engines import EngineSpec, build_engine
+
+    suite = EdgeCloudSuite(SUITE)
+    train, held = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
+    lm = build_engine(EngineSpec(engine="transformers", model=args.model))  # uncached: the times are real
+    print(f"choosing the demonstrations on train ({lm.model_id})", flush=True)
+    k, rows = choose(train, lm, args.per_fold)
+    print(f"chosen: {k}; the holdout, once", flush=True)
+    result = {"model": lm.model_id, "suite": SUITE.model_dump(), "choice_on_train": rows,
+              "holdout": holdout(train, held, lm, k, args.benign)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result["holdout"], indent=2))
+
+
+if __name__ == "__main__":
+    main()
