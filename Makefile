@@ -51,6 +51,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_models.py
 	$(BIN)/python bench/bench_search.py
 	$(BIN)/python bench/bench_rules.py
+	$(BIN)/python bench/bench_reviser.py
 	$(BIN)/python bench/bench_agentdojo.py
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_evolve.py

@@ -5,8 +5,8 @@ a cloud revision it completes, how many right calls it breaks, and what it costs
 
 1. Choosing the number of demonstrations, on train only: 3-fold cross-validation by template group; in each
    fold the reviser takes its demonstrations from the other folds and revises a sample of the fold's
-   needs-cloud and benign calls. The setting with the most right calls wins (ties: fewer demonstrations, the
-   cheaper prompt).
+   needs-cloud and benign calls. The fewest demonstrations (the shortest prompt, the fastest call) win unless
+   another setting's right calls put them below the lower end of its exact 95% interval.
 2. The holdout, read once with that setting (demonstrations from all of train): every needs-cloud request, and
    a sample of the benign ones (kinds benign, benign_sensitive, diagnostic), through the shipped reviewer (the
    SmolLM2 probe, fitted on train) and the reviser behind it, as ``far`` records them. A needs-cloud request is
@@ -72,8 +72,10 @@ def choose(train, lm, per_fold: int) -> tuple[int, list[dict]]:
             right, total = right + fold_right, total + len(measured)
             print(f"  k={k} fold {fold}: {fold_right}/{len(measured)} right, {seconds:.2f} s per call", flush=True)
         rows.append({"demonstrations": k, "right": right, "measured": total})
-    best = max(rows, key=lambda row: (row["right"], -row["demonstrations"]))
-    return best["demonstrations"], rows
+    best = max(rows, key=lambda row: row["right"])
+    floor = exact_interval(best["right"], best["measured"])[0] * best["measured"]
+    cheapest = min((row for row in rows if row["right"] >= floor), key=lambda row: row["demonstrations"])
+    return cheapest["demonstrations"], rows
 
 
 def holdout(train, held, lm, k: int, benign_n: int) -> dict:

@@ -318,7 +318,7 @@ class ModelSet:
         return any(isinstance(getattr(self, role), Fittable) for role in FITTED_ROLES)
 
     def record(self, scenarios: Sequence[Scenario], progress: Callable[[int, int], None] | None = None,
-               chunk: int = 256) -> list[ModelRecord]:
+               chunk: int = 64) -> list[ModelRecord]:
         """All model outputs for these scenarios, in chunks (``progress(done, total)`` after each)."""
         scenarios = list(scenarios)
         records: list[ModelRecord] = []

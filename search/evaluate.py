@@ -8,6 +8,7 @@ where rollouts or rows are asked for, it replays.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -68,6 +69,19 @@ def group_folds(scenarios: Sequence[Scenario], folds: int) -> list[tuple[list[in
 def without_content(scenarios: Sequence[Scenario], excluded: set[tuple[str, str]]) -> tuple[list[Scenario], int]:
     kept = [s for s in scenarios if model_input(s) not in excluded]
     return kept, len(scenarios) - len(kept)
+
+
+def rate_reporter(progress: Callable[[str], None], label: str) -> Callable[[int, int], None]:
+    """``progress(done, total)`` as a line with the rate so far and the time left at that rate."""
+    started = time.perf_counter()
+
+    def report(done: int, total: int) -> None:
+        rate = done / max(time.perf_counter() - started, 1e-9)
+        left = (total - done) / rate if rate > 0 else 0.0
+        progress(f"{label}: {done}/{total} ({rate:.1f}/s, about {left / 60:.0f} min left)" if done < total
+                 else f"{label}: {done}/{total} ({rate:.1f}/s)")
+
+    return report
 
 
 def prepare_calls(scenarios: Sequence[Scenario], records: Sequence[ModelRecord],
@@ -180,7 +194,7 @@ class Evaluator:
                 else:
                     report = None
                     if self.progress is not None and not models.simulated:
-                        report = lambda n, total: self.progress(f"    recording model outputs, {split}: {n}/{total}")  # noqa: E731
+                        report = rate_reporter(self.progress, f"    recording model outputs, {split}")
                     done = prepare_calls(subset, models.record(subset, progress=report), models)
                 for i, item in zip(indices, done, strict=True):
                     items[i] = item

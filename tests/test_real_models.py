@@ -175,3 +175,20 @@ def test_reviewer_probe_fits_once_per_content_and_puts_the_action_first(tmp_path
     assert probe_text(long).startswith("Proposed action: ")
     tokens = cloud.encoder.encoder._tokenizer(probe_text(long), truncation=True, max_length=48)["input_ids"]
     assert holdout[0].proposed_action.tool.split("_")[0] in cloud.encoder.encoder._tokenizer.decode(tokens)
+
+
+def test_smollm2_vectors_do_not_depend_on_the_batch_or_its_order():
+    """The encoder batches texts of similar length together: each text's vector must be its own."""
+    from rollout.models.encoders import SmolLM2Encoder
+
+    encoder = SmolLM2Encoder(batch_size=3)
+    texts = ["short", "a much longer text about paying the overdue part of a bill, not the whole of it", "mid length"
+             " text here", "x " * 40, "unlock the front door"]
+    together = encoder.encode(texts)
+    alone = np.stack([encoder.encode([t])[0] for t in texts])
+
+    def relative(a, b):  # float rounding only: hidden states are large (|x| ~ 100)
+        return float((np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)).max())
+
+    assert relative(together, alone) < 1e-5
+    assert relative(encoder.encode(texts[::-1])[::-1], together) < 1e-5

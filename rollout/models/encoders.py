@@ -128,15 +128,23 @@ class SmolLM2Encoder:
             self._load()
         import torch
 
+        # batches of similar length: a batch is padded to its longest text, and padding is compute thrown away
+        # (the vectors do not change beyond float rounding: padded positions are masked out of the mean)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         vectors = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self._tokenizer(list(texts[start:start + self.batch_size]), return_tensors="pt", padding=True,
-                                    truncation=True, max_length=self.max_tokens)
+        for start in range(0, len(order), self.batch_size):
+            batch = self._tokenizer([texts[i] for i in order[start:start + self.batch_size]], return_tensors="pt",
+                                    padding=True, truncation=True, max_length=self.max_tokens)
             with torch.inference_mode():
                 hidden = self._model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             vectors.append(((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).numpy())
-        return np.concatenate(vectors).astype(np.float32) if vectors else np.zeros((0, 576), np.float32)
+        if not vectors:
+            return np.zeros((0, 576), np.float32)
+        stacked = np.concatenate(vectors).astype(np.float32)
+        unsorted = np.empty_like(stacked)
+        unsorted[order] = stacked
+        return unsorted
 
 
 ENCODERS: dict[str, type] = {"minilm": MiniLMEncoder, "smollm2": SmolLM2Encoder}

@@ -116,7 +116,7 @@ class EngineChoice(BaseModel):
 class ReviserConfig(EngineChoice):
     """``models.reviser``: the generative model that writes the cloud's revisions (``rollout.models.reviser``)."""
 
-    demonstrations: int = Field(4, ge=0)  # the nearest train examples of the same tool shown in the prompt
+    demonstrations: int = Field(2, ge=0)  # the nearest train examples of the same tool (bench/bench_reviser.py)
     max_tokens: int = Field(96, ge=8)
     cost: float = Field(0.0, ge=0.0)  # added to a review's cost when the reviser runs
 
