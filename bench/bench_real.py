@@ -56,7 +56,7 @@ def roc(labels: np.ndarray, scores: np.ndarray) -> dict:
 def survey_data(agentdojo: list[str]) -> dict:
     from rollout.suites import build_suite
     from rollout.scenario import model_input
-    from search.evaluate import fit_data, without_content
+    from search.fitting import fit_data, without_content
 
     data = {}
     for name, spec in (("edge_cloud", BUILTIN), ("agentdojo", agentdojo_spec(agentdojo))):

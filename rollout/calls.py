@@ -7,7 +7,7 @@ policy (the replay engine), and a live LangGraph rollout reads the same values t
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 import copy
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, runtime_checkable
@@ -304,13 +304,14 @@ class ModelSet:
                 model.fit((by_role or {}).get(role, train), progress=progress)
 
     def refitted(self, train: Sequence[Scenario], by_role: dict[str, Sequence[Scenario]] | None = None,
-                 progress: Callable[[str], None] | None = None) -> "ModelSet":
-        """A copy whose learned backends are fitted on ``train`` (the rest shared), this set left as it was."""
+                 progress: Callable[[str], None] | None = None, keep: Collection[str] = ()) -> "ModelSet":
+        """A copy whose learned backends are fitted on ``train`` (``by_role[role]`` where given), this set left as
+        it was; the roles in ``keep`` share this set's fitted model as it is."""
         copies = {role: copy.copy(getattr(self, role)) for role in FITTED_ROLES
-                  if isinstance(getattr(self, role), Fittable)}
-        fresh = replace(self, **copies)
-        fresh.fit(train, by_role, progress)
-        return fresh
+                  if role not in keep and isinstance(getattr(self, role), Fittable)}
+        for role, model in copies.items():
+            model.fit((by_role or {}).get(role, train), progress=progress)
+        return replace(self, **copies)
 
     @property
     def learns(self) -> bool:

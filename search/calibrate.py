@@ -22,7 +22,7 @@ from rollout.models.calibrated import (
     CLASSES, FORMAT, MIN_FINE, Calibration, ClassCalibration, RateInterval, scenario_classes,
 )
 from rollout.scenario import Scenario, model_input
-from search.evaluate import fit_data, group_folds, without_content
+from search.fitting import FitPlan, fit_data, group_folds, without_content
 from search.gate import clopper_pearson_upper
 
 OUTCOMES = ("execute", "veto", "revise_ok", "revise_bad", "error")
@@ -44,7 +44,7 @@ def cloud_outcome(scenario: Scenario, record: ModelRecord) -> str:
     return "revise_ok" if review.revision == scenario.ground_truth.intended_action else "revise_bad"
 
 
-def out_of_fold(models: ModelSet, data: Sequence[Scenario], folds: int, fixed: dict[str, Sequence[Scenario]],
+def out_of_fold(models: ModelSet, data: Sequence[Scenario], folds: int, plan: FitPlan,
                 progress: Callable[[str], None]) -> list[ModelRecord]:
     """Each scenario's model outputs from copies of the models fitted without its group (template or text)."""
     parts = group_folds(data, folds)
@@ -54,7 +54,8 @@ def out_of_fold(models: ModelSet, data: Sequence[Scenario], folds: int, fixed: d
     records: list[ModelRecord | None] = [None] * len(data)
     for fold, (fit_index, measure_index) in enumerate(parts):
         progress(f"  fold {fold + 1}/{folds}: fit on {len(fit_index)}, measure {len(measure_index)}")
-        fold_models = models.refitted([data[i] for i in fit_index], by_role=dict(fixed), progress=progress)
+        fold_data = [data[i] for i in fit_index]
+        fold_models = models.refitted(fold_data, by_role=plan.by_role(fold_data), progress=progress)
         for i, record in zip(measure_index, fold_models.record([data[i] for i in measure_index]), strict=True):
             records[i] = record
     return records  # type: ignore[return-value]
@@ -67,11 +68,10 @@ def calibrate(suite: Any, models: ModelSet, folds: int, confidence: float, progr
                             f"(edge {models.edge.name}, cloud {models.cloud.name})", field="models")
     holdout = {model_input(s) for s in fit_data(suite, "holdout", progress)}
     data, dropped = without_content(fit_data(suite, "train", progress), holdout)
-    fixed = {role: without_content(fit_data(other, "train", progress), holdout)[0]
-             for role, other in (fit_on or {}).items()}
+    plan = FitPlan(fit_on or {}, holdout, progress)
     progress(f"far calibrate: {len(data)} train scenarios ({dropped} dropped: same content as holdout), "
              f"{folds} folds; edge {models.edge.name}, cloud {models.cloud.name}")
-    records = out_of_fold(models, data, folds, fixed, progress)
+    records = out_of_fold(models, data, folds, plan, progress)
     by_class: dict[str, list[tuple[float, str]]] = {}
     for scenario, record in zip(data, records, strict=True):
         pair = (record.edge.risk, cloud_outcome(scenario, record))

@@ -158,18 +158,24 @@ def load_fit_suites(loaded: Loaded) -> dict[str, Any]:
 def fit_suites(models: Any, base_dir: Path | None, source: str | Path) -> dict[str, Any]:
     """``load_fit_suites`` for a models section read from ``source`` (a run or serve config)."""
     from rollout.suites import build_suite
+    from search.fitting import FitSources
 
-    suites = {}
+    sources = {}
     for role, fit_on in models.fit_on().items():
-        where = f"models.{role}.fit_on"
-        try:
-            suites[role] = build_suite(fit_on.suite, base_dir)
-        except FarInputError as error:
-            raise FarInputError(error.message, file=error.file or source,
-                                field=f"{where}.{error.field}" if error.field else where, row=error.row) from None
-        if not suites[role].scenarios("train"):
-            raise FarInputError("the train split of the suite to fit on is empty", file=source, field=where)
-    return suites
+        built = []
+        for index, suite_config in enumerate(fit_on.all_suites()):
+            where = f"models.{role}.fit_on" + ("" if fit_on.suite is not None else f".suites[{index}]")
+            try:
+                suite = build_suite(suite_config, base_dir)
+            except FarInputError as error:
+                raise FarInputError(error.message, file=error.file or source,
+                                    field=f"{where}.{error.field}" if error.field else where, row=error.row) from None
+            if not suite.scenarios("train"):
+                raise FarInputError("the train split of the suite to fit on is empty", file=source, field=where)
+            built.append(suite)
+        names = tuple(str(config.get("name", "a suite")) for config in fit_on.all_suites())
+        sources[role] = FitSources(tuple(built), names, fit_on.own)
+    return sources
 
 
 def check_fit_data(models: Any, source: str | Path, suite: Any, fit_on: dict[str, Any], purpose: str) -> None:
@@ -180,15 +186,18 @@ def check_fit_data(models: Any, source: str | Path, suite: Any, fit_on: dict[str
     from rollout.eval_only import refuse_eval_only
     from rollout.models.backends import UNFITTED_BACKENDS
 
-    for role, other in fit_on.items():
-        refuse_eval_only(other.scenarios("train"), f"fitting the {role} model (config {source})",
-                         file=getattr(other, "path", None) or source, field=f"models.{role}.fit_on")
+    for role, sources in fit_on.items():
+        for other in sources.suites:
+            refuse_eval_only(other.scenarios("train"), f"fitting the {role} model (config {source})",
+                             file=getattr(other, "path", None) or source, field=f"models.{role}.fit_on")
+
     def fitted(role: str) -> bool:
         spec = getattr(models, role)
         return spec is not None and (spec.backend not in UNFITTED_BACKENDS[role]
                                      or (role == "cloud" and models.reviser is not None))  # fitted with the cloud
 
-    fitted_here = [role for role in ("edge", "cloud", "scope") if role not in fit_on and fitted(role)]
+    fitted_here = [role for role in ("edge", "cloud", "scope")
+                   if fitted(role) and (role not in fit_on or fit_on[role].own)]
     uses = {"search": "choosing the policy (the search ranks policies on train)",
             "calibrate": "measuring a calibration"}.get(purpose)
     if uses is None and fitted_here:

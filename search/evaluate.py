@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rollout.agent import DEFAULT_COSTS, Costs, build_graph, rollout_prepared, run_live
-from rollout.calls import ModelRecord, ModelSet, RecordedCalls
+from rollout.calls import FITTED_ROLES, Fittable, ModelRecord, ModelSet, RecordedCalls
 from rollout.policy import Policy
 from rollout.scenario import Scenario, Split, model_input
 from rollout.suites import Suite
 from rollout.trajectory import Trajectory
+from search.fitting import FitPlan, FitSources, fit_data, fit_data_of, group_folds, without_content
 from search.results import PolicyResult, aggregate, rollout_row
 from verifiers.rules import Verifier, verify_all
 from verifiers.verdict import Verdict
@@ -39,36 +40,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def fit_data(suite: Suite, split: Split, progress: Progress | None = None) -> list[Scenario]:
-    """What learned models fit on from a suite's split (``fit_data_of`` its scenarios)."""
-    return fit_data_of(suite, suite.scenarios(split), progress)
-
-
-def fit_data_of(suite: Suite, scenarios: Sequence[Scenario],
-                progress: Progress | None = None) -> list[Scenario]:
-    """What learned models fit on from these scenarios: themselves, or what the suite says to fit on
-    (environment-backed suites give one scenario per proposed call, and report progress: it takes a while)."""
-    fit_scenarios = getattr(suite, "fit_scenarios", None)
-    return list(fit_scenarios(scenarios, progress) if fit_scenarios is not None else scenarios)
-
-
-def group_folds(scenarios: Sequence[Scenario], folds: int) -> list[tuple[list[int], list[int]]]:
-    """(fit, measure) index lists of up to ``folds`` folds by group (template, user task, else request text;
-    scikit-learn's ``GroupKFold``): a group never sits on both sides. Empty when there are under 2 groups."""
-    from sklearn.model_selection import GroupKFold
-
-    groups = [s.group_key for s in scenarios]
-    n = min(folds, len(set(groups)))
-    if n < 2:
-        return []
-    return [(list(fit), list(measure)) for fit, measure in GroupKFold(n_splits=n).split(scenarios, groups=groups)]
-
-
-def without_content(scenarios: Sequence[Scenario], excluded: set[tuple[str, str]]) -> tuple[list[Scenario], int]:
-    kept = [s for s in scenarios if model_input(s) not in excluded]
-    return kept, len(scenarios) - len(kept)
 
 
 def rate_reporter(progress: Callable[[str], None], label: str) -> Callable[[int, int], None]:
@@ -113,10 +84,10 @@ class Evaluator:
 
     def __init__(self, suite: Suite, models: ModelSet, verifier: Verifier, costs: Costs = DEFAULT_COSTS,
                  engine: Engine = "replay", confidence: float = 0.95, progress: Progress | None = None,
-                 fit_on: dict[str, Suite] | None = None, folds: int = 5) -> None:
+                 fit_on: dict[str, FitSources] | None = None, folds: int = 5) -> None:
         self.suite = suite
         self.folds = folds  # train is recorded out-of-fold: by models fitted without the scenario's group
-        self.fit_on = dict(fit_on or {})  # role -> the suite whose train split that role's model is fitted on
+        self.fit_on = dict(fit_on or {})  # role -> the suites its model is fitted on (``search.fitting``)
         self.models = models
         self.verifier = verifier
         self.costs = costs
@@ -128,29 +99,28 @@ class Evaluator:
         self._fitted = False
         self.fit_report: dict[str, Any] = {}  # what the learned backends were fitted on (set by ``fit``)
         self._holdout_content: set[tuple[str, str]] = set()
-        self._by_role: dict[str, list[Scenario]] = {}
+        self._plan = FitPlan({}, set())
         self._train_parts: list[tuple[list[int], ModelSet]] | None = None
 
     def fit(self) -> None:
-        """Fit learned backends (calibration, probes) on a train split, once, before any recording: the
-        evaluated suite's, or for a role with ``fit_on`` another suite's. Whatever the source, a fitting
-        scenario whose content (request and proposed action) is also in the evaluated holdout is dropped:
-        holdout never shapes a model, whatever the files are called."""
+        """Fit learned backends (calibration, probes) on train splits, once, before any recording: the
+        evaluated suite's, or for a role with ``fit_on`` the suites named there (``search.fitting``). Whatever
+        the source, a fitting scenario whose content (request and proposed action) is also in the evaluated
+        holdout is dropped: holdout never shapes a model, whatever the files are called."""
         if self._fitted:
             return
         holdout = {model_input(s) for s in fit_data(self.suite, "holdout", self.progress)}
         own, leaked_own = without_content(fit_data(self.suite, "train", self.progress), holdout)
-        by_role, leaked = {}, {"own": leaked_own}
-        for role, suite in self.fit_on.items():
-            by_role[role], leaked[role] = without_content(fit_data(suite, "train", self.progress), holdout)
-        self._holdout_content, self._by_role = holdout, by_role
-        self.fit_report = {"train": len(own), **{f"{role}_train": len(s) for role, s in by_role.items()},
-                           "dropped_as_holdout_content": leaked}
+        plan = FitPlan(self.fit_on, holdout, self.progress)
+        self._holdout_content, self._plan = holdout, plan
+        leaked = {"own": leaked_own, **plan.dropped}
+        self.fit_report = {"train": len(own), **plan.sizes(), "dropped_as_holdout_content": leaked}
         if self.progress is not None and not self.models.simulated:
-            sources = "".join(f"; {role} on {getattr(s, 'name', 'another suite')}" for role, s in self.fit_on.items())
+            sources = "".join(f"; {role} on {' + '.join(s.names + (('this suite',) if s.own else ()))}"
+                              for role, s in self.fit_on.items())
             self.progress(f"    fitting learned backends on train ({len(own)} scenarios{sources}; "
                           f"{sum(leaked.values())} dropped: same content as holdout)")
-        self.models.fit(own, by_role=by_role, progress=self.progress)
+        self.models.fit(own, by_role=plan.by_role(own), progress=self.progress)
         self._fitted = True
 
     def scenarios(self, split: Split) -> Sequence[Scenario]:
@@ -165,8 +135,11 @@ class Evaluator:
         everything = [(list(range(len(self.scenarios(split)))), self.models)]
         if split != "train" or not self.models.learns:
             return everything
+        if not self.learns_here():
+            self.fit_report["train_outputs"] = "out-of-sample: every learned model was fitted on other suites"
+            return everything
         if self._train_parts is None:
-            train = list(self.scenarios("train"))
+            train, plan = list(self.scenarios("train")), self._plan
             self._train_parts = []
             for fold, (fit_index, measure_index) in enumerate(group_folds(train, self.folds)):
                 if self.progress is not None:
@@ -174,11 +147,18 @@ class Evaluator:
                                   f"{len(measure_index)} scenarios' groups")
                 data, _ = without_content(fit_data_of(self.suite, [train[i] for i in fit_index]),
                                           self._holdout_content)
-                self._train_parts.append((measure_index, self.models.refitted(data, self._by_role, self.progress)))
+                copies = self.models.refitted(data, plan.by_role(data), self.progress, keep=plan.elsewhere)
+                self._train_parts.append((measure_index, copies))
             self.fit_report["train_outputs"] = (f"out-of-fold, {len(self._train_parts)} folds by group"
                                                 if self._train_parts else "in-sample (under 2 groups)")
             self._train_parts = self._train_parts or everything
         return self._train_parts
+
+    def learns_here(self) -> bool:
+        """Some learned model is fitted on the evaluated suite's train split (so its train outputs must be
+        recorded out-of-fold); a model fitted on other suites alone never saw it."""
+        return any(isinstance(getattr(self.models, role), Fittable) and role not in self._plan.elsewhere
+                   for role in FITTED_ROLES)
 
     def prepared(self, split: Split) -> list[Any]:
         """The split ready to roll out, shared by every policy evaluated after: recorded model outputs

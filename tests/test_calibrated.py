@@ -22,6 +22,7 @@ from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from rollout.scenario import model_input
 from search.calibrate import calibrate, rate_interval
 from search.evaluate import Evaluator
+from search.fitting import FitSources, balanced
 from verifiers.rules import RuleVerifier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,7 +169,7 @@ def test_train_is_judged_by_models_that_never_saw_its_groups():
 def test_fit_on_another_suite_and_holdout_content_is_dropped():
     other = EdgeCloudSuite(EdgeCloudSuiteConfig(seed=12, size=300))
     models = keyword_models()
-    evaluator = Evaluator(SUITE, models, RuleVerifier(), fit_on={"edge": other})
+    evaluator = Evaluator(SUITE, models, RuleVerifier(), fit_on={"edge": FitSources((other,), ("edge_cloud",))})
     evaluator.fit()
     holdout = {model_input(s) for s in SUITE.scenarios("holdout")}
     assert {s.suite for s in models.edge.fitted_on} == {"edge_cloud"}
@@ -176,6 +177,49 @@ def test_fit_on_another_suite_and_holdout_content_is_dropped():
     assert {s.id.split("-")[1] for s in models.cloud.fitted_on} == {"11"}  # the cloud: the evaluated suite's
     assert not any(model_input(s) in holdout for s in models.edge.fitted_on + models.cloud.fitted_on)
     assert all(s.split == "train" for s in models.edge.fitted_on)
+
+
+def test_models_fitted_on_other_suites_alone_record_train_in_sample_without_copies():
+    other = EdgeCloudSuite(EdgeCloudSuiteConfig(seed=12, size=300))
+    models = keyword_models()
+    sources = FitSources((other,), ("edge_cloud",))
+    evaluator = Evaluator(SUITE, models, RuleVerifier(), fit_on={"edge": sources, "cloud": sources})
+    assert evaluator.parts("train") == [(list(range(len(SUITE.scenarios("train")))), models)]
+    assert len(models.edge.fits) == 1 and len(models.cloud.fits) == 1  # fitted once: no out-of-fold copies
+    assert evaluator.fit_report["train_outputs"].startswith("out-of-sample")
+
+
+def test_own_train_and_another_suite_weigh_the_same_and_folds_refit_only_what_saw_this_suite():
+    small = EdgeCloudSuite(EdgeCloudSuiteConfig(seed=12, size=60))
+    models = keyword_models()
+    evaluator = Evaluator(SUITE, models, RuleVerifier(), folds=3,
+                          fit_on={"edge": FitSources((small,), ("small",), own=True),
+                                  "cloud": FitSources((small,), ("small",))})
+    evaluator.fit()
+    seeds = [s.id.split("-")[1] for s in models.edge.fitted_on]
+    own, other = seeds.count("11"), seeds.count("12")
+    assert own == evaluator.fit_report["train"] and 0.5 * own <= other <= 1.5 * own  # balanced, not drowned
+    parts = evaluator.parts("train")
+    assert len(parts) == 3 and len(models.cloud.fits) == 1  # the cloud never saw this suite: kept, not refitted
+    train = SUITE.scenarios("train")
+    for indices, fold_models in parts:
+        assert fold_models.cloud is models.cloud and fold_models.edge is not models.edge
+        measured = {train[i].group_key for i in indices}
+        fitted = fold_models.edge.fitted_on
+        assert not measured & {s.group_key for s in fitted if s.id.split("-")[1] == "11"}
+        assert {s.id.split("-")[1] for s in fitted} == {"11", "12"}
+
+
+@given(st.lists(st.integers(0, 40), max_size=6))
+def test_balanced_parts_each_bring_about_as_many_rows_as_the_largest(sizes):
+    parts = [[(i, j) for j in range(n)] for i, n in enumerate(sizes)]
+    joined = balanced(parts)
+    largest = max(sizes, default=0)
+    for i, n in enumerate(sizes):
+        rows = [row for row in joined if row[0] == i]
+        assert set(rows) == set(parts[i])  # every row of a part, nothing else
+        if n:
+            assert largest / 2 <= len(rows) <= 1.5 * largest and len(rows) % n == 0
 
 
 def test_a_train_scenario_with_holdout_content_never_reaches_a_fit():

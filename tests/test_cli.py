@@ -85,6 +85,9 @@ def test_graph_engine_gives_the_same_numbers(tmp_path):
     (lambda c: c["policies"]["cautious"].update(cloud_threshold_write=0.5), "unknown kind of call 'write'"),
     (lambda c: c["models"].update(scope={"backend": "bert"}), "models.scope.backend"),
     (lambda c: c["models"].update(scope={"backend": "tfidf", "min_probability": 2}), "models.scope.min_probability"),
+    (lambda c: c["models"].update(edge={"backend": "embedding", "fit_on": {}}), "models.edge.fit_on"),
+    (lambda c: c["models"].update(edge={"backend": "embedding", "fit_on": {"suites": [{"name": "nope"}]}}),
+     "models.edge.fit_on.suites[0]"),
     (lambda c: c.update(policies="missing.yaml"), "missing.yaml"),
     (lambda c: c.update(suite={"name": "edge_cloud", "size": 2, "holdout_fraction": 0.01}), "split is empty"),
 ])

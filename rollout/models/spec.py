@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rollout.errors import FarInputError, from_validation_error
 from rollout.models.cache import CachedLM, CallCache
@@ -48,13 +48,25 @@ class CacheConfig(BaseModel):
 
 
 class FitOn(BaseModel):
-    """Fit a learned model on another suite's train split: ``fit_on: {suite: {name: ..., ...}, split: train}``.
-    The suite is given as at the config's top level (``name`` and the suite's options); the evaluated suite's holdout is
-    still kept out of the fitting data by content."""
+    """Fit a learned model on other suites' train splits: ``fit_on: {suites: [{name: ...}, ...], own: true}``, or
+    ``fit_on: {suite: {name: ...}}`` for one. Each suite is given as at the config's top level (``name`` and the
+    suite's options). ``own``: the evaluated suite's train split is fitted on too. The suites weigh the same
+    (``search.fitting.balanced``), and the evaluated suite's holdout is kept out of all of them by content."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    suite: dict[str, Any]
+    suite: dict[str, Any] | None = None
+    suites: tuple[dict[str, Any], ...] = ()
+    own: bool = False
     split: Literal["train"] = "train"  # holdout never shapes a model
+
+    @model_validator(mode="after")
+    def _one_form(self) -> "FitOn":
+        if (self.suite is None) == (not self.suites):
+            raise ValueError("give suite (one suite) or suites (a list), not both or neither")
+        return self
+
+    def all_suites(self) -> tuple[dict[str, Any], ...]:
+        return (self.suite,) if self.suite is not None else self.suites
 
 
 class BackendSpec(BaseModel):
