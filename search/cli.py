@@ -39,6 +39,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from search.config import check_fit_data, load_evaluate_config, load_fit_suites, load_suite, make_verifier
     from search.evaluate import Evaluator
     from search.gate import gate
+    from search.shift import shift_encoder
     from search.rank import Constraints, rank
     from search.report import attack_rows, attack_table, attribution_table, gate_table, results_table
     from search.results import breakdown
@@ -62,7 +63,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     models = build_models(config.models, host, loaded.base_dir)
     verifier = make_verifier(config, loaded.rewards, host, models)
     evaluator = Evaluator(suite, models, verifier, config.costs, config.engine, config.gate.confidence,
-                          progress=_progress, fit_on=fit_on)
+                          progress=_progress, fit_on=fit_on, shift_encoder=shift_encoder(config.models))
     sizes = {split: len(suite.scenarios(split)) for split in SPLITS}
 
     def label(model) -> str:
@@ -160,7 +161,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         "policies": {name: p.model_dump(mode="json") for name, p in loaded.policies.items()},
         "results": [r.model_dump(mode="json") for r in results],
         "oracle": list(models.oracle_roles),  # non-empty: every figure here came from label-reading models
-        "gate": {name: {**v.to_dict(), "oracle": list(models.oracle_roles)} for name, v in verdicts.items()},
+        "shift": evaluator.shift_note or None,  # SHIFTED (...): the models were fitted on data unlike holdout
+        "gate": {name: {**v.to_dict(), "oracle": list(models.oracle_roles), "shift": evaluator.shift_note or None}
+                 for name, v in verdicts.items()},
         "ranking_train": ranking,
         "verifier": config.verifier.model_dump(mode="json"),
         "sensitivity": ensemble_report,
@@ -224,6 +227,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from search.leaderboard import advice, build_leaderboard, cost_critical_front
     from search.rank import Constraints
     from search.report import attribution_table, effects_table, front_table, results_table
+    from search.shift import shift_encoder
     from search.tune_search import run_tune
 
     ensure_ray(args.address)
@@ -234,7 +238,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     host = RayHost()
     models = build_models(config.models, host, loaded.base_dir)
     evaluator = Evaluator(suite, models, make_verifier(config, loaded.rewards, host, models), config.costs,
-                          config.engine, config.gate.confidence, progress=_progress, fit_on=fit_on)
+                          config.engine, config.gate.confidence, progress=_progress, fit_on=fit_on,
+                          shift_encoder=shift_encoder(config.models))
     started = time.perf_counter()
     _progress(f"FAR search: {settings.method}, budget {settings.budget}, space of {loaded.space.grid_size()} grid "
               f"points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "
@@ -272,7 +277,8 @@ def cmd_search(args: argparse.Namespace) -> int:
               "train_cost/scn": round(t.mean_cost, 4), "train_reward": t.reward}
              for t in cost_critical_front(run.trials)]
 
-    mark = f" [{winner_holdout.mark}]" if winner_holdout.oracle else ""  # beside every verdict an oracle made
+    # beside every verdict an oracle made, or that models fitted on unlike data made
+    mark = f" [{winner_holdout.mark}]" if winner_holdout.oracle or winner_holdout.shift else ""
     print()
     print(f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(board.policies)} on train (within the cost "
           "limit first, then critical failures, reward, cost), re-evaluated on holdout:")
@@ -338,7 +344,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                    "rules": winner.rules_in_words(), "rule_effects_holdout": board.effects[chosen],
                    "train": winner_train.model_dump(mode="json"), "holdout": winner_holdout.model_dump(mode="json")},
         "oracle": list(models.oracle_roles),  # non-empty: every figure here came from label-reading models
-        "gate": {**winner_gate.to_dict(), "oracle": list(winner_holdout.oracle)},
+        "shift": evaluator.shift_note or None,  # SHIFTED (...): the models were fitted on data unlike holdout
+        "gate": {**winner_gate.to_dict(), "oracle": list(winner_holdout.oracle),
+                 "shift": evaluator.shift_note or None},
         "no_deploy": {"advice": no_deploy, "cost_critical_front": front} if not board.deployable else None,
         "leaderboard": leaderboard,
         "gates": [v.to_dict() for v in board.gates],

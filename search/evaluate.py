@@ -84,7 +84,7 @@ class Evaluator:
 
     def __init__(self, suite: Suite, models: ModelSet, verifier: Verifier, costs: Costs = DEFAULT_COSTS,
                  engine: Engine = "replay", confidence: float = 0.95, progress: Progress | None = None,
-                 fit_on: dict[str, FitSources] | None = None, folds: int = 5) -> None:
+                 fit_on: dict[str, FitSources] | None = None, folds: int = 5, shift_encoder: Any = None) -> None:
         self.suite = suite
         self.folds = folds  # train is recorded out-of-fold: by models fitted without the scenario's group
         self.fit_on = dict(fit_on or {})  # role -> the suites its model is fitted on (``search.fitting``)
@@ -100,6 +100,9 @@ class Evaluator:
         self.fit_report: dict[str, Any] = {}  # what the learned backends were fitted on (set by ``fit``)
         self._holdout_content: set[tuple[str, str]] = set()
         self._plan = FitPlan({}, set())
+        self.shift_encoder = shift_encoder  # measures how unlike the fit data the holdout is (``search.shift``)
+        self.shifts: list[Any] = []
+        self.shift_note = ""  # SHIFTED (...) beside every figure when the holdout is unlike the fit data
         self._train_parts: list[tuple[list[int], ModelSet]] | None = None
 
     def fit(self) -> None:
@@ -109,7 +112,8 @@ class Evaluator:
         holdout is dropped: holdout never shapes a model, whatever the files are called."""
         if self._fitted:
             return
-        holdout = {model_input(s) for s in fit_data(self.suite, "holdout", self.progress)}
+        evaluated = fit_data(self.suite, "holdout", self.progress)
+        holdout = {model_input(s) for s in evaluated}
         own, leaked_own = without_content(fit_data(self.suite, "train", self.progress), holdout)
         plan = FitPlan(self.fit_on, holdout, self.progress)
         self._holdout_content, self._plan = holdout, plan
@@ -120,8 +124,31 @@ class Evaluator:
                               for role, s in self.fit_on.items())
             self.progress(f"    fitting learned backends on train ({len(own)} scenarios{sources}; "
                           f"{sum(leaked.values())} dropped: same content as holdout)")
-        self.models.fit(own, by_role=plan.by_role(own), progress=self.progress)
+        by_role = plan.by_role(own)
+        self.models.fit(own, by_role=by_role, progress=self.progress)
+        if self.shift_encoder is not None and self.models.learns:
+            self._measure_shift(own, by_role, evaluated)
         self._fitted = True
+
+    def _measure_shift(self, own: list[Scenario], by_role: dict[str, list[Scenario]],
+                       evaluated: list[Scenario]) -> None:
+        from search.shift import measure_shift, shift_mark
+
+        sources: dict[str, tuple[list[str], list[Scenario]]] = {}  # fitting data -> the roles fitted on it
+        for role in FITTED_ROLES:
+            if isinstance(getattr(self.models, role), Fittable):
+                fit_on = self.fit_on.get(role)
+                label = ("this suite's train" if fit_on is None
+                         else " + ".join(fit_on.names + (("this suite's train",) if fit_on.own else ())))
+                sources.setdefault(label, ([], by_role.get(role, own)))[0].append(role)
+        self.shifts = [measure_shift(f"{label} ({', '.join(roles)})", data, evaluated, self.shift_encoder)
+                       for label, (roles, data) in sources.items()]
+        self.shift_note = shift_mark(self.shifts)
+        self.fit_report["shift"] = [s.to_dict() for s in self.shifts]
+        if self.progress is not None:
+            for shift in self.shifts:
+                self.progress(f"    shift: {shift.unlike:.1%} of the holdout unlike {shift.fitted_on}"
+                              f"{' -- SHIFTED' if shift.shifted else ''}")
 
     def scenarios(self, split: Split) -> Sequence[Scenario]:
         return self.suite.scenarios(split)
@@ -209,12 +236,15 @@ class Evaluator:
                 trajectories[i] = trajectory
         return trajectories
 
+    def _marked(self, result: PolicyResult) -> PolicyResult:
+        return result.model_copy(update={"shift": self.shift_note}) if self.shift_note else result
+
     def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:
         """One policy on a split; ``with_rows``: with a row per rollout (replayed under engine columnar, whose
         evaluation without rows has aggregates only: no trajectories or verdicts)."""
         if self.engine == "columnar" and not with_rows:
             result = self.columnar().result(name, policy, split, self.models.simulated, self.models.oracle_roles)
-            return SplitEvaluation(result, [], [])
+            return SplitEvaluation(self._marked(result), [], [])
         scenarios = self.scenarios(split)
         trajectories = self.rollouts(policy, split)
         with gc_paused():
@@ -222,12 +252,12 @@ class Evaluator:
         result = aggregate(name, policy, split, verdicts, [t.cost for t in trajectories],
                            simulated=self.models.simulated, confidence=self.confidence,
                            oracle=self.models.oracle_roles)
-        evaluation = SplitEvaluation(result, trajectories, verdicts)
+        evaluation = SplitEvaluation(self._marked(result), trajectories, verdicts)
         if with_rows:
             oracle = ",".join(self.models.oracle_roles)  # "" = no model read the labels
             evaluation.rows = [
                 {**rollout_row(name, s, t, v, "replay" if self.engine == "columnar" else self.engine),
-                 "oracle": oracle}
+                 "oracle": oracle, "shift": self.shift_note}
                 for s, t, v in zip(scenarios, trajectories, verdicts)
             ]
         return evaluation

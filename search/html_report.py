@@ -205,6 +205,10 @@ def render(title: str, summary: dict[str, Any], trials: Sequence[Any], leaderboa
     banner = (f'<p class="oracle"><b>ORACLE</b>: the {", ".join(oracle)} model(s) read each scenario\'s '
               "ground-truth labels. Every figure on this page is an upper bound, not evidence of how the policy "
               "behaves with real models.</p>") if oracle else ""
+    if summary.get("shift"):
+        banner += (f'<p class="oracle"><b>{html.escape(summary["shift"])}</b>: the holdout is unlike what the '
+                   "learned models were fitted on (search.shift), so their figures here may not hold; "
+                   "summary.json: models.fit.shift.</p>")
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}}table{{border-collapse:collapse}}
 td,th{{border:1px solid #ccc;padding:3px 8px;text-align:right}}th{{background:#eee}}

@@ -39,14 +39,18 @@ class PolicyResult(BaseModel):
     reward_lost: dict[str, dict[str, float]]  # failure kind -> policy parameter (or "(model)") -> reward lost
     simulated: bool
     oracle: tuple[str, ...] = ()  # roles (edge, cloud, user) whose model read the labels: an ORACLE figure
+    shift: str = ""  # SHIFTED (...) when the models were fitted on data unlike the evaluated (``search.shift``)
 
     @property
     def mark(self) -> str:
         """What to print beside this result's numbers: ORACLE when a label-reading model produced them,
-        SIMULATED when a simulator calibrated from real models did (the run's models name which)."""
+        SIMULATED when a simulator calibrated from real models did (the run's models name which); and SHIFTED
+        when the learned models were fitted on data unlike the evaluated scenarios."""
         if self.oracle:
-            return f"ORACLE ({'+'.join(self.oracle)})"
-        return "SIMULATED (calibrated)" if self.simulated else "real"
+            base = f"ORACLE ({'+'.join(self.oracle)})"
+        else:
+            base = "SIMULATED (calibrated)" if self.simulated else "real"
+        return f"{base}, {self.shift}" if self.shift else base
 
     def row(self) -> dict[str, Any]:
         """A flat row for ``policy_results.parquet``."""

@@ -123,6 +123,7 @@ class PolicyScorer:
                 from rollout.models.backends import build_models
                 from search.config import RunConfig, fit_suites, make_verifier
                 from search.evaluate import Evaluator
+                from search.shift import shift_encoder
                 from verifiers.taxonomy import parse_reward_table
 
                 config = self.config
@@ -133,7 +134,8 @@ class PolicyScorer:
                     serve_suite(config, suite_name, self.base_dir),
                     build_models(config.models, base_dir=self.base_dir),
                     make_verifier(run, table), config.costs, confidence=config.gate.confidence,
-                    fit_on=fit_suites(config.models, self.base_dir, "serve config"))
+                    fit_on=fit_suites(config.models, self.base_dir, "serve config"),
+                    shift_encoder=shift_encoder(config.models))
             return self._evaluators[suite_name]
 
     def size(self, request: ScorePolicyRequest) -> int:
@@ -154,7 +156,7 @@ class PolicyScorer:
         verdicts = verify_all(evaluator.verifier, scenarios, trajectories)
         result = aggregate("api", request.policy, request.split, verdicts, [t.cost for t in trajectories],
                            evaluator.models.simulated, self.config.gate.confidence,
-                           oracle=evaluator.models.oracle_roles)
+                           oracle=evaluator.models.oracle_roles).model_copy(update={"shift": evaluator.shift_note})
         verdict = gate(result.critical_failures, result.rollouts_with_critical, result.scenarios, result.mean_cost,
                        self.config.gate)
         return PolicyScore(suite=request.suite, result=result, gate=verdict.to_dict())
