@@ -285,13 +285,13 @@ def test_rule_effects_count_what_each_parameter_stopped_and_refused():
 
 
 def test_the_readme_jsonl_example_with_context_is_blocked_by_provenance(tmp_path):
-    """The README's imported scenario (its `context` list) goes end to end: import, provenance, the rule."""
+    """The docs' imported scenario (docs/suites.md) (its `context` list) goes end to end: import, provenance, the rule."""
     import json
     from pathlib import Path
 
     from rollout.suites.imported import import_jsonl
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "suites.md").read_text()
     block = readme.split("For example, an injected payment")[1].split("```json\n")[1].split("```")[0]
     example = json.loads(" ".join(block.splitlines()))
     path = tmp_path / "mine.jsonl"
