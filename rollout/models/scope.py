@@ -8,7 +8,7 @@ tools is one row per tool). A tool is in scope when its probability is at least 
 likeliest tool always is. Character n-grams carry across phrasings they never saw ("pay", "bill", "unlock"),
 and the model is fitted in seconds on CPU, so it adds nothing to a first run's encoding time. The settings
 (char n-grams 2-5, C = 10) were chosen by 5-fold cross-validation by template group on the built-in suite's
-train split (BENCHMARKS.md: "Tool scope").
+train split (BENCHMARKS.md: "Rules in the policy").
 
 What the task needs, on train (the labels the model learns): the legitimate task's tool where the scenario has
 one; the proposed tool where the user asked for it and nothing is legitimate (a harmful request still names the
