@@ -1,0 +1,84 @@
+"""Encoding speed of the two probe encoders on the built-in suite's texts (issue 38's first-run goal), uncached.
+
+    python bench/bench_encode.py [--texts 192] [--out bench/out/encode.json]
+
+For each encoder (MiniLM for the edge, SmolLM2 layer 20 for the reviewer) and each way of running it: texts per
+second on a fixed random sample of the distinct probe texts of ``configs/search.yaml``'s suite, and the largest
+relative change of a vector against the first way (float rounding only, or the figures would move).
+
+    shipped order   the texts in the order given (what FAR did before batching by length)
+    by length       FAR's SmolLM2 encoder: batches of similar length (MiniLM's sentence-transformers sorts itself)
+    2 threads       by length, with torch on both cores
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def timed(encode, texts):
+    started = time.perf_counter()
+    vectors = encode(texts)
+    return vectors, len(texts) / (time.perf_counter() - started)
+
+
+def relative_change(a, b) -> float:
+    import numpy as np
+
+    return float((np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)).max())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, default=192)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "encode.json")
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+
+    from rollout.models.encoders import MiniLMEncoder, SmolLM2Encoder
+    from rollout.models.probe import probe_text
+    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+
+    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3))
+    texts = sorted({probe_text(s) for split in ("train", "holdout") for s in suite.scenarios(split)})
+    texts = random.Random(0).sample(texts, min(args.texts, len(texts)))
+    rows = []
+    for name, encoder in (("MiniLM (edge)", MiniLMEncoder()), ("SmolLM2 layer 20 (reviewer)", SmolLM2Encoder())):
+        torch.set_num_threads(1)
+        encoder.encode(texts[:4])  # load the weights outside the timing
+        if isinstance(encoder, SmolLM2Encoder):  # the order FAR batched in before: as given
+            def given_order(batch, encoder=encoder):
+                return np.concatenate([encoder.encode([t for t in batch[i:i + encoder.batch_size]])
+                                       for i in range(0, len(batch), encoder.batch_size)])
+        else:
+            given_order = encoder.encode
+        reference, rate = timed(given_order, texts)
+        rows.append({"encoder": name, "way": "shipped order, 1 thread", "texts_per_s": round(rate, 1),
+                     "max_relative_change": 0.0})
+        vectors, rate = timed(encoder.encode, texts)
+        rows.append({"encoder": name, "way": "by length, 1 thread", "texts_per_s": round(rate, 1),
+                     "max_relative_change": relative_change(vectors, reference)})
+        torch.set_num_threads(2)
+        vectors, rate = timed(encoder.encode, texts)
+        rows.append({"encoder": name, "way": "by length, 2 threads", "texts_per_s": round(rate, 1),
+                     "max_relative_change": relative_change(vectors, reference)})
+        for row in rows[-3:]:
+            print(f"{row['encoder']:<28} {row['way']:<24} {row['texts_per_s']:>7.1f} texts/s  "
+                  f"max relative change {row['max_relative_change']:.1e}", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"texts": len(texts), "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
