@@ -8,7 +8,6 @@ where rollouts or rows are asked for, it replays.
 from __future__ import annotations
 
 import gc
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from rollout.policy import Policy
 from rollout.scenario import Scenario, Split, model_input
 from rollout.suites import Suite
 from rollout.trajectory import Trajectory
+from rollout.progress import rate_reporter
 from search.fitting import FitPlan, FitSources, fit_data, fit_data_of, group_folds, without_content
 from search.results import PolicyResult, aggregate, rollout_row
 from verifiers.rules import Verifier, verify_all
@@ -40,25 +40,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def rate_reporter(progress: Callable[[str], None], label: str, every_s: float = 10.0) -> Callable[[int, int], None]:
-    """``progress(done, total)`` as a line with the rate so far and the time left at that rate: at most one
-    line per ``every_s`` seconds, and the last one (fast, cached work prints one line)."""
-    started = last = time.perf_counter()
-
-    def report(done: int, total: int) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if done < total and now - last < every_s:
-            return
-        last = now
-        rate = done / max(now - started, 1e-9)
-        left = (total - done) / rate if rate > 0 else 0.0
-        progress(f"{label}: {done}/{total} ({rate:.1f}/s, about {left / 60:.0f} min left)" if done < total
-                 else f"{label}: {done}/{total} ({rate:.1f}/s)")
-
-    return report
 
 
 def prepare_calls(scenarios: Sequence[Scenario], records: Sequence[ModelRecord],

@@ -22,6 +22,7 @@ from rollout.errors import FarInputError
 from rollout.io import write_json_atomic
 from rollout.models.calibration import require_train
 from rollout.models.encoders import CachedEncoder, Progress, build_encoder
+from rollout.progress import rate_reporter
 from rollout.scenario import Scenario, ToolAction
 
 FitProgress = Callable[[str], None]
@@ -77,7 +78,7 @@ class LinearProbe:
             return
         report: Progress | None = None
         if progress is not None:
-            report = lambda done, total: progress(f"    {self.what}: encoding {done}/{total} distinct texts")  # noqa: E731
+            report = rate_reporter(progress, f"    {self.what}: encoding distinct texts")
         features = self.encoder.encode(texts, progress=report)
         from sklearn.linear_model import LogisticRegression
         from sklearn.preprocessing import StandardScaler
