@@ -1,17 +1,20 @@
 """The cloud that revises (``models.reviser``, issue 36 part 2) on the built-in suite: how many requests that need
 a cloud revision it completes, how many right calls it breaks, and what it costs per call on this CPU.
 
-    python bench/bench_reviser.py [--model smollm2] [--out bench/out/reviser.json]
+    python bench/bench_reviser.py [--model smollm2] [--train-only] [--out bench/out/reviser.json]
 
 1. Choosing the number of demonstrations, on train only: 3-fold cross-validation by template group; in each
    fold the reviser takes its demonstrations from the other folds and revises a sample of the fold's
    needs-cloud and benign calls. The fewest demonstrations (the shortest prompt, the fastest call) win unless
    another setting's right calls put them below the lower end of its exact 95% interval.
-2. The holdout, read once with that setting (demonstrations from all of train): every needs-cloud request, and
-   a sample of the benign ones (kinds benign, benign_sensitive, diagnostic), through the shipped reviewer (the
-   SmolLM2 probe, fitted on train) and the reviser behind it, as ``far`` records them. A needs-cloud request is
-   completed by the cloud when the reviewer passes it and the revision is the intended call; a benign call is
-   broken when the reviser changes a right call. The plain baseline is the reviewer alone: it completes none.
+2. On train, the same folds: the shipped rule (demonstrations of the proposed call's tool only) against the
+   nearest demonstrations of any tool, with the chosen number.
+3. The holdout, read once with that setting (demonstrations from all of train; skipped with --train-only):
+   every needs-cloud request, and a sample of the benign ones (kinds benign, benign_sensitive, diagnostic),
+   through the shipped reviewer (the SmolLM2 probe, fitted on train) and the reviser behind it, as ``far``
+   records them. A needs-cloud request is completed by the cloud when the reviewer passes it and the revision
+   is the intended call; a benign call is broken when the reviser changes a right call. The plain baseline is
+   the reviewer alone: it completes none.
 """
 from __future__ import annotations
 
@@ -52,30 +55,51 @@ def right_calls(reviser, scenarios) -> tuple[int, Counter, float]:
     return sum(right.values()), right, seconds
 
 
-def choose(train, lm, per_fold: int) -> tuple[int, list[dict]]:
+def cross_validated(train, make_reviser, per_fold: int, label: str) -> dict:
+    """Right calls of revisers fitted on two folds of train and measured on the third (3 folds by group)."""
     from sklearn.model_selection import GroupKFold
 
+    right = total = 0
+    for fold, (fit_index, measure_index) in enumerate(
+            GroupKFold(3).split(train, groups=[s.group_key for s in train])):
+        reviser = make_reviser()
+        reviser.fit([train[i] for i in fit_index])
+        held = [train[i] for i in measure_index]
+        measured = sample(held, ("needs_cloud",), per_fold, fold) + sample(held, BENIGN, per_fold, fold)
+        fold_right, _, seconds = right_calls(reviser, measured)
+        right, total = right + fold_right, total + len(measured)
+        print(f"  {label} fold {fold}: {fold_right}/{len(measured)} right, {seconds:.2f} s per call", flush=True)
+    return {"right": right, "measured": total}
+
+
+def choose(train, lm, per_fold: int) -> tuple[int, list[dict]]:
     from rollout.models.reviser import LMReviser
     from rollout.models.spec import ReviserConfig
 
-    rows = []
-    for k in CHOICES:
-        right = total = 0
-        for fold, (fit_index, measure_index) in enumerate(
-                GroupKFold(3).split(train, groups=[s.group_key for s in train])):
-            reviser = LMReviser(lm, ReviserConfig(demonstrations=k))
-            reviser.fit([train[i] for i in fit_index])
-            held = [train[i] for i in measure_index]
-            measured = (sample(held, ("needs_cloud",), per_fold, fold)
-                        + sample(held, BENIGN, per_fold, fold))
-            fold_right, _, seconds = right_calls(reviser, measured)
-            right, total = right + fold_right, total + len(measured)
-            print(f"  k={k} fold {fold}: {fold_right}/{len(measured)} right, {seconds:.2f} s per call", flush=True)
-        rows.append({"demonstrations": k, "right": right, "measured": total})
+    rows = [{"demonstrations": k, **cross_validated(train, lambda k=k: LMReviser(lm, ReviserConfig(demonstrations=k)),
+                                                     per_fold, f"k={k}")} for k in CHOICES]
     best = max(rows, key=lambda row: row["right"])
     floor = exact_interval(best["right"], best["measured"])[0] * best["measured"]
     cheapest = min((row for row in rows if row["right"] >= floor), key=lambda row: row["demonstrations"])
     return cheapest["demonstrations"], rows
+
+
+def any_tool_reviser(lm, k: int):
+    """The alternative to the shipped rule, for the train check only: the nearest demonstrations of any tool."""
+    import numpy as np
+
+    from rollout.models.reviser import LMReviser
+    from rollout.models.spec import ReviserConfig
+
+    class AnyToolReviser(LMReviser):
+        def demonstrations(self, scenario, proposal):
+            if self._vectorizer is None:
+                return []
+            similarity = (self._matrix @ self._vectorizer.transform([scenario.request]).T).toarray().ravel()
+            order = np.lexsort((np.arange(len(similarity)), -similarity))[:self.config.demonstrations]
+            return [self._pool[i] for i in reversed(order)]
+
+    return AnyToolReviser(lm, ReviserConfig(demonstrations=k))
 
 
 def holdout(train, held, lm, k: int, benign_n: int) -> dict:
@@ -127,6 +151,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2", help="the reviser's weights (smollm2 or a local HF folder)")
     parser.add_argument("--per-fold", type=int, default=20, help="needs-cloud and benign calls measured per fold")
     parser.add_argument("--benign", type=int, default=100, help="benign holdout calls measured")
+    parser.add_argument("--train-only", action="store_true", help="the choices on train; the holdout is not read")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "reviser.json")
     args = parser.parse_args()
 
@@ -137,12 +162,16 @@ def main() -> None:
     lm = build_engine(EngineSpec(engine="transformers", model=args.model))  # uncached: the times are real
     print(f"choosing the demonstrations on train ({lm.model_id})", flush=True)
     k, rows = choose(train, lm, args.per_fold)
-    print(f"chosen: {k}; the holdout, once", flush=True)
+    print(f"chosen: {k}; the same-tool rule against demonstrations of any tool, on train", flush=True)
+    any_tool = cross_validated(train, lambda: any_tool_reviser(lm, k), args.per_fold, f"any tool, k={k}")
     result = {"model": lm.model_id, "suite": SUITE.model_dump(), "choice_on_train": rows,
-              "holdout": holdout(train, held, lm, k, args.benign)}
+              "any_tool_on_train": {"demonstrations": k, **any_tool}}
+    if not args.train_only:
+        print("the holdout, once", flush=True)
+        result["holdout"] = holdout(train, held, lm, k, args.benign)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
-    print(json.dumps(result["holdout"], indent=2))
+    print(json.dumps(result.get("holdout", result["any_tool_on_train"]), indent=2))
 
 
 if __name__ == "__main__":
