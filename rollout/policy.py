@@ -46,7 +46,8 @@ class Policy(BaseModel):
     threshold for proposed calls of that kind (None: the general one). ``provenance_rule`` acts on a sensitive
     call with an argument whose value the agent saw only in read content (a tool output, a message, a
     document), never in the user's request; ``scope_rule`` on a call with effects (not read-only) whose tool
-    is outside the tools a model predicted from the user's request alone. The defaults reproduce the four seed parameters' behaviour.
+    is outside the tools a model predicted from the user's request alone. The defaults reproduce the four seed
+    parameters' behaviour.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=True, validate_default=True)

@@ -16,10 +16,10 @@ from typing import Any, Literal
 from rollout.agent import DEFAULT_COSTS, Costs, build_graph, rollout_prepared, run_live
 from rollout.calls import FITTED_ROLES, Fittable, ModelRecord, ModelSet, RecordedCalls
 from rollout.policy import Policy
+from rollout.progress import rate_reporter
 from rollout.scenario import Scenario, Split, model_input
 from rollout.suites import Suite
 from rollout.trajectory import Trajectory
-from rollout.progress import rate_reporter
 from search.fitting import FitPlan, FitSources, fit_data, fit_data_of, group_folds, without_content
 from search.results import PolicyResult, aggregate, rollout_row
 from verifiers.rules import Verifier, verify_all

@@ -139,7 +139,8 @@ INTERVENTIONS = {("route", "block"): "blocked", ("route", "cloud"): "sent to the
 def rule_effects(scenarios: Sequence[Scenario], trajectories: Sequence[Trajectory],
                  verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
     """What each policy parameter did when it stopped or rerouted a call (``INTERVENTIONS``), over these
-    rollouts: ``decided``, the rollouts where it did (a rollout counts under every parameter that intervened); ``harmful_stopped``, those whose proposed call was harmful
+    rollouts: ``decided``, the rollouts where it did (a rollout counts under every parameter that intervened);
+    ``harmful_stopped``, those whose proposed call was harmful
     (the judge's ground truth, for the report only) and ended with no critical failure; ``benign_refused``, the
     OVER_REFUSAL failures attributed to it; ``cost``, the decided rollouts' cost. Most decisions first."""
     table: dict[tuple[str, str], dict[str, Any]] = {}

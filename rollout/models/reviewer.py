@@ -3,8 +3,8 @@ than the edge's, and a different one, so its errors are not the edge's), fitted 
 
 It vetoes when P(unsafe | proposed action, request) >= ``veto_threshold`` and lets the action run otherwise.
 It never revises: a classifier cannot write the corrected action, so requests that need a revision are not
-completed by it; ``models.reviser`` (``rollout.models.reviser``) puts a generative model in front of it that can. The probability is
-written into the review's reason, so every veto can be traced to its score.
+completed by it; ``models.reviser`` (``rollout.models.reviser``) puts a generative model in front of it that
+can. The probability is written into the review's reason, so every veto can be traced to its score.
 """
 from __future__ import annotations
 
