@@ -101,11 +101,22 @@ def browser():
 
 
 def free_port() -> int:
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free ports: the sockets stay bound until all are chosen (ports picked one at a time can
+    repeat, and Ray refuses two components on one port)."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 class RayNode:
@@ -121,17 +132,18 @@ class RayNode:
 
         self.temp_dir = Path("/tmp") / f"far-{'w' if head_address else 'h'}-{os.getpid()}-{time.time_ns() % 10**9}"
         bin_dir = Path(sys.executable).parent
-        ports = [f"--{name}={free_port()}" for name in (
-            "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
-            "runtime-env-agent-port", "node-manager-port", "object-manager-port")]
+        names = ("dashboard-agent-listen-port", "dashboard-agent-grpc-port", "metrics-export-port",
+                 "runtime-env-agent-port", "node-manager-port", "object-manager-port")
+        chosen = free_ports(len(names) + 3)  # distinct: the node's own, then the head's gcs, dashboard, client
+        ports = [f"--{name}={port}" for name, port in zip(names, chosen)]
         command = [str(bin_dir / "ray"), "start", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
                    f"--num-cpus={cpus}", *ports]
         if head_address is None:
-            self.gcs = f"127.0.0.1:{free_port()}"
-            self.dashboard = f"http://127.0.0.1:{free_port()}"
-            command += ["--head", f"--port={self.gcs.rsplit(':', 1)[1]}", "--dashboard-host=127.0.0.1",
-                        f"--dashboard-port={self.dashboard.rsplit(':', 1)[1]}",
-                        f"--ray-client-server-port={free_port()}"]
+            gcs, dashboard, client = chosen[len(names):]
+            self.gcs = f"127.0.0.1:{gcs}"
+            self.dashboard = f"http://127.0.0.1:{dashboard}"
+            command += ["--head", f"--port={gcs}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard}",
+                        f"--ray-client-server-port={client}"]
         else:
             command += [f"--address={head_address}"]
         # a node joining a cluster with token auth (Ray 2.60's default) needs the token mode set
