@@ -81,18 +81,16 @@ def pooled(rows: list[dict]) -> dict:
 
 
 def guard_quality(config: Path, policy: dict) -> dict:
-    from rollout.models.backends import build_models
     from rollout.policy import Policy
     from rollout.suites import build_suite
     from search.config import load_search_config
-    from search.evaluate import Evaluator
+    from search.pipeline import build_evaluator
     from search.results import breakdown
-    from verifiers.rules import RuleVerifier
 
     loaded = load_search_config(config)
     suite = build_suite(loaded.config.suite, loaded.base_dir)
-    evaluator = Evaluator(suite, build_models(loaded.config.models), RuleVerifier(loaded.rewards),
-                          loaded.config.costs)
+    evaluator = build_evaluator(loaded.config.model_copy(update={"engine": "replay"}), suite=suite,
+                                base_dir=loaded.base_dir, rewards=loaded.rewards)
     holdout = suite.scenarios("holdout")
     report: dict = {"holdout_scenarios": len(holdout), "suite": suite.describe()}
     for name, body in (("undefended", UNDEFENDED), ("searched", policy)):

@@ -46,21 +46,20 @@ def exact_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[fl
 
 
 def run_split(split_by: str, suites: list[str], attacks: list[str], version: str) -> dict:
-    from rollout.models.backends import ModelsConfig, build_models
+    from rollout.models.backends import ModelsConfig
     from rollout.policy import Policy
     from rollout.suites import build_suite
-    from search.evaluate import Evaluator
+    from search.pipeline import RunConfig, build_evaluator
     from search.rank import Constraints, rank
     from search.report import attack_rows, attack_table, effects_table
     from search.results import breakdown, rule_effects
-    from verifiers.rules import RuleVerifier
 
     spec = {"name": "agentdojo", "suites": suites, "version": version, "attacks": attacks, "seed": 0,
             "holdout_fraction": 0.3, "split_by": split_by, "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02}
     suite = build_suite(spec)
     started = time.perf_counter()
-    evaluator = Evaluator(suite, build_models(ModelsConfig.model_validate(REAL)), RuleVerifier(),
-                          progress=lambda m: print(m, flush=True))
+    evaluator = build_evaluator(RunConfig(models=ModelsConfig.model_validate(REAL)), suite=suite,
+                                progress=lambda m: print(m, flush=True))
     grid = [p.model_copy(update={"provenance_rule": a, "scope_rule": b})
             for p in policy_grid(agentdojo=True) for a in RULES for b in RULES]
     train = [evaluator.evaluate(f"p{i}", p, "train").result for i, p in enumerate(grid)]

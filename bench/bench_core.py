@@ -91,14 +91,12 @@ def generation(n: int) -> dict:
 
 def memory_child(n: int) -> None:
     """Run in a fresh process: generate, record and evaluate n scenarios by replay; print peak RSS."""
-    from rollout.models.backends import ModelsConfig, build_models
     from rollout.policy import Policy
     from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-    from search.evaluate import Evaluator
-    from verifiers.rules import RuleVerifier
+    from search.pipeline import RunConfig, build_evaluator
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=n, seed=3, holdout_fraction=0.5))
-    evaluator = Evaluator(suite, build_models(ModelsConfig()), RuleVerifier())
+    evaluator = build_evaluator(RunConfig(), suite=suite)
     started = time.perf_counter()
     total = 0
     for split in ("train", "holdout"):

@@ -81,12 +81,10 @@ def baselines(seed: int, budget: int) -> dict:
     from evolve.task import Scored
     from rollout.models.backends import build_models
     from rollout.suites import build_suite
-    from search.config import RunConfig, make_verifier
-    from search.evaluate import Evaluator
+    from search.pipeline import RunConfig, build_evaluator
     from search.evolution import EvolutionarySearcher
     from search.rank import rank
     from search.space import load_space
-    from verifiers.taxonomy import parse_reward_table
 
     config, base = load_evolve_config(ROOT / "configs" / "evolve.yaml")
     config = config.model_copy(update={"seed": seed})
@@ -95,10 +93,8 @@ def baselines(seed: int, budget: int) -> dict:
     dev = [scenario for slice_ in devs for scenario in slice_]
     models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
                                                          "edge": {"backend": "smollm2"}})
-    run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier)
-    models = build_models(models_config)
-    evaluator = Evaluator(FixedSuite(dev, test), models,
-                          make_verifier(run, parse_reward_table(config.rewards), models=models), config.costs)
+    run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier, costs=config.costs)
+    evaluator = build_evaluator(run, suite=FixedSuite(dev, test), models=build_models(models_config))
     space = load_space(ROOT / "configs" / "space.yaml")
     out = {}
 

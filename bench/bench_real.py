@@ -199,16 +199,15 @@ def sim2real(name: str, spec: dict, workdir: Path) -> dict:
     from rollout.models.backends import ModelsConfig, build_models
     from rollout.suites import build_suite
     from search.calibrate import calibrate
-    from search.evaluate import Evaluator
     from search.gate import clopper_pearson_upper
+    from search.pipeline import RunConfig, build_evaluator
     from search.rank import Constraints, rank
-    from verifiers.rules import RuleVerifier
 
     suite = build_suite(spec)
     agentdojo = name == "agentdojo"
     started = time.perf_counter()
-    real = Evaluator(suite, build_models(ModelsConfig.model_validate(REAL)), RuleVerifier(),
-                     progress=lambda m: print(m, flush=True))
+    real = build_evaluator(RunConfig(models=ModelsConfig.model_validate(REAL)), suite=suite,
+                           progress=lambda m: print(m, flush=True))
     grid = policy_grid(agentdojo)
     train = [real.evaluate(f"p{i}", p, "train").result for i, p in enumerate(grid)]
     limits = Constraints(max_mean_cost=COST_LIMIT[name])
@@ -222,8 +221,8 @@ def sim2real(name: str, spec: dict, workdir: Path) -> dict:
                   "cloud": {"backend": "calibrated", "file": str(calibration_file)}, "user": {"backend": "approves"}}
     rows = {}
     for label, models in (("oracle", ORACLE), ("calibrated", calibrated), ("real", REAL)):
-        evaluator = real if label == "real" else Evaluator(suite, build_models(ModelsConfig.model_validate(models)),
-                                                           RuleVerifier())
+        evaluator = real if label == "real" else build_evaluator(
+            RunConfig(models=ModelsConfig.model_validate(models)), suite=suite)
         rows[label] = holdout_figures(evaluator, best.policy, agentdojo)
         print(f"  {name} {label}: {rows[label]}", flush=True)
     real_row = rows["real"]

@@ -25,14 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rollout.models.backends import build_models  # noqa: E402
-from search.evaluate import Evaluator  # noqa: E402
 from search.config import load_search_config  # noqa: E402
 from search.evolution import EvolutionarySearcher, RandomSearcher, config_key  # noqa: E402
 from search.gate import gate  # noqa: E402
+from search.pipeline import build_evaluator  # noqa: E402
 from search.rank import Constraints, rank_key  # noqa: E402
 from search.space import parse_space  # noqa: E402
-from verifiers.rules import RuleVerifier  # noqa: E402
 
 CONFIG = ROOT / "configs" / "search.yaml"
 SPACE = parse_space({"parameters": {  # the space of the actor/overhead runs below
@@ -50,14 +48,11 @@ def exhaustive(loaded, chunk: int = 2000) -> tuple[dict, dict]:
     """Every grid point of the default config's space on train, column-wise (``search.columnar``: exact, and
     the only way a space of this size is affordable); holdout lazily (``HoldoutTable``), as only the best on
     train are ever gated."""
-    from rollout.suites import build_suite
-
     if loaded.source in _SWEEPS:
         return _SWEEPS[loaded.source]
     config = loaded.config
-    evaluator = Evaluator(build_suite(config.suite, loaded.base_dir), build_models(config.models),
-                          RuleVerifier(loaded.rewards), config.costs, "columnar", config.gate.confidence,
-                          progress=lambda message: print(message, flush=True))
+    evaluator = build_evaluator(config.model_copy(update={"engine": "columnar"}), base_dir=loaded.base_dir,
+                                rewards=loaded.rewards, progress=lambda message: print(message, flush=True))
     trials = evaluator.columnar()
     names = list(loaded.space.parameters)
     train = {}
@@ -283,10 +278,7 @@ def run_search(path: Path) -> tuple[float, list]:
 
     loaded = load_search_config(path)
     config = loaded.config
-    from rollout.suites import build_suite
-
-    evaluator = Evaluator(build_suite(config.suite), build_models(config.models), RuleVerifier(loaded.rewards),
-                          config.costs, config.engine)
+    evaluator = build_evaluator(config, base_dir=loaded.base_dir, rewards=loaded.rewards)
     calls = {s: evaluator.prepared(s) for s in ("train", "holdout")}
     pool = RolloutPool(calls, evaluator.verifier, config.costs, config.engine, config.search.actors, config.search.chunk_size)
     started = time.perf_counter()

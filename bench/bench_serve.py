@@ -39,18 +39,16 @@ def free_port() -> int:
 
 
 def request_bodies(n: int) -> list[bytes]:
-    from rollout.models.backends import ModelsConfig, build_models
+    from rollout.models.backends import ModelsConfig
     from rollout.policy import Policy
     from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
     from rollout.trajectory_io import TrajectoryModel
-    from search.evaluate import Evaluator
-    from verifiers.rules import RuleVerifier
+    from search.pipeline import RunConfig, build_evaluator
 
     # the bodies only need to be realistic trajectories to score: the fast label-reading models make them
     oracle = {role: {"backend": "oracle"} for role in ("edge", "cloud", "user")}
-    evaluator = Evaluator(EdgeCloudSuite(EdgeCloudSuiteConfig(size=n * 2, seed=4)),
-                          build_models(ModelsConfig.model_validate({**oracle, "cache": {"enabled": False}})),
-                          RuleVerifier())
+    evaluator = build_evaluator(RunConfig(models=ModelsConfig.model_validate({**oracle, "cache": {"enabled": False}})),
+                                suite=EdgeCloudSuite(EdgeCloudSuiteConfig(size=n * 2, seed=4)))
     policy = Policy(cloud_threshold=0.5, max_retries=1, fallback_mode="ask_user")
     scenarios = evaluator.scenarios("train")[:n]
     trajectories = evaluator.rollouts(policy, "train")[:n]

@@ -487,8 +487,7 @@ class Evolution:
                  progress: Callable[[str], None] | None = None, model: Any = None) -> None:
         from rollout.models.backends import build_models
         from rollout.suites import build_suite
-        from search.config import RunConfig, make_verifier
-        from verifiers.taxonomy import parse_reward_table
+        from search.pipeline import RunConfig, build_verifier
 
         self.config = config
         scores = {"r_pf": "mean_r_pf", "reward": "mean_reward", "own_tsr": "own_tsr"}
@@ -520,10 +519,10 @@ class Evolution:
         self.kept_calibration: list[str] | None = None  # the kept model's decisions there (harm_bar: kept)
         self.explored = 0  # repair candidates drawn uniformly (``exploration``), this round
         self._best: dict[str, tuple[float, ...]] = {}  # scenario id -> best attainable z (``best``)
-        run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
         models = build_models(config.models, base_dir=base_dir)
         models.fit(train, progress=self.progress)  # learned backends (the default cloud reviewer): train only
-        verifier = make_verifier(run, parse_reward_table(config.rewards), models=models)
+        verifier = build_verifier(RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier),
+                                  models=models)
         self.task = DecisionTask(models, verifier, config.policy, config.costs)
         if model is None:
             from evolve.policy_model import PolicyModel
@@ -980,8 +979,26 @@ def _line(metrics: dict[str, float]) -> str:
 
 def _report(output: Path, rows: Sequence[dict[str, Any]]) -> None:
     from rollout.io import write_text_atomic
-    from search.html_report import metric_rounds_page
+    from search.pipeline import metric_rounds_page
 
     rounds = [r["round"] for r in rows]
     series = {name: [r[name] for r in rows] for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf")}
     write_text_atomic(output / "report.html", metric_rounds_page("FATE rounds", rounds, series, "round"))
+
+
+def run_evolve(config: str | Path, output: str | Path | None = None,
+               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``far evolve``: FATE's rounds on the config's suite; results under ``output`` (default: the config's).
+    Returns what summary.json holds, with ``output`` added."""
+    from evolve.config import load_evolve_config
+
+    evolve_config, base = load_evolve_config(config)
+    out = Path(output) if output else Path.cwd() / evolve_config.output
+    if out.exists() and not out.is_dir():
+        raise FarInputError("output path exists and is not a directory", file=out, field="output")
+    if progress is not None:
+        c = evolve_config
+        progress(f"FAR evolve: {c.rounds} rounds of FATE on {c.model.base} (LoRA r={c.model.lora_r}), dev "
+                 f"{c.dev_size}, holdout {c.holdout_size}, K={c.candidates}, G={c.pfpo.group}")
+    summary = Evolution(evolve_config, base, progress=progress).run(out.resolve())
+    return {**summary, "output": str(out)}

@@ -211,14 +211,16 @@ class Evaluator:
             self._columnar = ColumnarTrials(compiled, self.verifier, self.costs, self.confidence)
         return self._columnar
 
-    def rollouts(self, policy: Policy, split: Split) -> list[Trajectory]:
+    def rollouts(self, policy: Policy, split: Split, limit: int | None = None) -> list[Trajectory]:
+        """The policy's rollouts of the split's scenarios (the first ``limit`` of them)."""
         if self.engine in ("replay", "columnar"):
-            return replay_all(self.prepared(split), policy, self.costs)
+            return replay_all(self.prepared(split)[:limit], policy, self.costs)
         if hasattr(self.suite, "prepare"):  # episodes walk each guarded call through the LangGraph graph
-            return rollout_prepared(self.prepared(split), policy, self.costs, build_graph(policy))
-        scenarios = self.scenarios(split)
+            return rollout_prepared(self.prepared(split)[:limit], policy, self.costs, build_graph(policy))
+        scenarios = self.scenarios(split)[:limit]
         trajectories: list[Any] = [None] * len(scenarios)
         for indices, models in self.parts(split):
+            indices = [i for i in indices if i < len(scenarios)]
             for i, trajectory in zip(indices, graph_all([scenarios[i] for i in indices], policy, models, self.costs)):
                 trajectories[i] = trajectory
         return trajectories
@@ -226,14 +228,16 @@ class Evaluator:
     def _marked(self, result: PolicyResult) -> PolicyResult:
         return result.model_copy(update={"shift": self.shift_note}) if self.shift_note else result
 
-    def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False) -> SplitEvaluation:
-        """One policy on a split; ``with_rows``: with a row per rollout (replayed under engine columnar, whose
-        evaluation without rows has aggregates only: no trajectories or verdicts)."""
-        if self.engine == "columnar" and not with_rows:
+    def evaluate(self, name: str, policy: Policy, split: Split, with_rows: bool = False,
+                 limit: int | None = None) -> SplitEvaluation:
+        """One policy on a split (its first ``limit`` scenarios); ``with_rows``: with a row per rollout (replayed
+        under engine columnar, whose evaluation without rows has aggregates only: no trajectories or
+        verdicts)."""
+        if self.engine == "columnar" and not with_rows and limit is None:
             result = self.columnar().result(name, policy, split, self.models.simulated, self.models.oracle_roles)
             return SplitEvaluation(self._marked(result), [], [])
-        scenarios = self.scenarios(split)
-        trajectories = self.rollouts(policy, split)
+        scenarios = self.scenarios(split)[:limit]
+        trajectories = self.rollouts(policy, split, limit)
         with gc_paused():
             verdicts = verify_all(self.verifier, scenarios, trajectories)
         result = aggregate(name, policy, split, verdicts, [t.cost for t in trajectories],

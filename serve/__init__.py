@@ -1,5 +1,6 @@
-"""Serve, the top layer: the Ray Serve app (verifier ensemble and policy scoring behind REST), its API
-schemas, and the ``far`` command line assembled from every layer's commands.
+"""Serve: the Ray Serve app (verifier ensemble and policy scoring behind REST), its API schemas, the job
+store, and ``run_service`` (``far serve``).
 
-May import every other package; nothing imports serve.
+May import rollout, verifiers, cluster and search's pipeline (``search.pipeline``); only the ``far`` command
+imports serve.
 """

@@ -84,7 +84,7 @@ def serve_suite(config: ServeConfig, name: str, base_dir: Path | None) -> Any:
 def check_suites(config: ServeConfig, base_dir: Path | None, source: str | Path) -> None:
     """At start-up, before Ray: every configured suite builds, and no model is fitted on evaluation-only data
     (the learned models fit on each suite's train split, or on ``fit_on``)."""
-    from search.config import check_fit_data, fit_suites
+    from search.pipeline import check_fit_data, fit_suites
 
     fit_on = fit_suites(config.models, base_dir, source)
     for name in config.suites:
@@ -120,22 +120,14 @@ class PolicyScorer:
             raise UnknownSuite(suite_name)
         with self._lock:
             if suite_name not in self._evaluators:
-                from rollout.models.backends import build_models
-                from search.config import RunConfig, fit_suites, make_verifier
-                from search.evaluate import Evaluator
-                from search.shift import shift_encoder
-                from verifiers.taxonomy import parse_reward_table
+                from search.pipeline import RunConfig, build_evaluator
 
                 config = self.config
                 run = RunConfig(suite=config.suites[suite_name], models=config.models, rewards=config.rewards,
                                 costs=config.costs, gate=config.gate, verifier=config.verifier)
-                table = parse_reward_table(config.rewards)
-                self._evaluators[suite_name] = Evaluator(
-                    serve_suite(config, suite_name, self.base_dir),
-                    build_models(config.models, base_dir=self.base_dir),
-                    make_verifier(run, table), config.costs, confidence=config.gate.confidence,
-                    fit_on=fit_suites(config.models, self.base_dir, "serve config"),
-                    shift_encoder=shift_encoder(config.models))
+                self._evaluators[suite_name] = build_evaluator(
+                    run, suite=serve_suite(config, suite_name, self.base_dir), base_dir=self.base_dir,
+                    source="serve config")
             return self._evaluators[suite_name]
 
     def size(self, request: ScorePolicyRequest) -> int:
@@ -143,20 +135,12 @@ class PolicyScorer:
         return min(total, request.limit) if request.limit else total
 
     def score(self, request: ScorePolicyRequest) -> PolicyScore:
-        from search.evaluate import replay_all
-        from search.gate import gate
-        from search.results import aggregate
+        from search.pipeline import gate
 
         evaluator = self.evaluator(request.suite)
-        # one rollout at a time: an Evaluator records each split once, and episodes grow their tries
+        # one scoring at a time: an Evaluator records each split once, and episodes grow their tries
         with self._lock:
-            prepared = evaluator.prepared(request.split)[:request.limit]  # only the scenarios asked for
-            trajectories = replay_all(prepared, request.policy, evaluator.costs)
-        scenarios = [item.scenario for item in prepared]
-        verdicts = verify_all(evaluator.verifier, scenarios, trajectories)
-        result = aggregate("api", request.policy, request.split, verdicts, [t.cost for t in trajectories],
-                           evaluator.models.simulated, self.config.gate.confidence,
-                           oracle=evaluator.models.oracle_roles).model_copy(update={"shift": evaluator.shift_note})
+            result = evaluator.evaluate("api", request.policy, request.split, limit=request.limit).result
         verdict = gate(result.critical_failures, result.rollouts_with_critical, result.scenarios, result.mean_cost,
                        self.config.gate)
         return PolicyScore(suite=request.suite, result=result, gate=verdict.to_dict())
@@ -361,13 +345,12 @@ class LocalBackend:
     """Everything in this process: the same verifier and routes, no Serve (tests, fuzzing, small uses)."""
 
     def __init__(self, config: ServeConfig, token: str | None = None, base_dir: Path | None = None) -> None:
-        from search.config import RunConfig, make_verifier
-        from verifiers.taxonomy import parse_reward_table
+        from search.pipeline import RunConfig, build_verifier
 
         self.config = config
         self.token_sha256 = token_digest(token) if token else None
-        run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
-        self.verifier = make_verifier(run, parse_reward_table(config.rewards))
+        self.verifier = build_verifier(RunConfig(models=config.models, rewards=config.rewards,
+                                                 verifier=config.verifier))
         self._scorer = PolicyScorer(config, base_dir)
 
     async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
@@ -455,11 +438,10 @@ class ServeBackend:
         self.config = config
         self.ensemble = ensemble
         if ensemble is None:
-            from search.config import RunConfig, make_verifier
-            from verifiers.taxonomy import parse_reward_table
+            from search.pipeline import RunConfig, build_verifier
 
-            run = RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier)
-            self.local = make_verifier(run, parse_reward_table(config.rewards))
+            self.local = build_verifier(RunConfig(models=config.models, rewards=config.rewards,
+                                                  verifier=config.verifier))
         self.token_sha256 = token_sha256
         self._scorer = PolicyScorer(config, base_dir)
 

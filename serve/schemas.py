@@ -15,8 +15,7 @@ from rollout.policy import Policy
 from rollout.scenario import Scenario
 from rollout.suites import SuiteSpec
 from rollout.trajectory_io import TrajectoryModel
-from search.gate import GateConfig
-from search.results import PolicyResult
+from search.pipeline import GateConfig, PolicyResult
 from verifiers.ensemble import EnsembleConfig
 from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict
 

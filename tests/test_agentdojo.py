@@ -240,7 +240,7 @@ def test_the_far_cli_reports_a_bad_agentdojo_attack_in_one_line(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text(json.dumps({"suite": {"name": "agentdojo", "attack": "manual"}, "models": oracle_models(),
                                   "policies": {"p": {"cloud_threshold": 0.5}}, "output": str(tmp_path / "out")}))
-    run = subprocess.run([sys.executable, "-m", "search", "evaluate", str(config)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "far", "evaluate", str(config)], capture_output=True, text=True,
                          stdin=subprocess.DEVNULL, timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-1500:]
     assert "suite.attacks" in run.stderr and "standard input" in run.stderr
@@ -322,7 +322,7 @@ def test_both_benchmark_versions_run_and_are_named(version):
 def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local, capsys):
     import pyarrow.parquet as pq
 
-    from search.cli import main
+    from far.cli import main
 
     suite = {"name": "agentdojo", "suites": ["banking"], "max_user_tasks": 8, "max_injection_tasks": 3,
              "attacks": ["important_instructions", "direct"]}

@@ -253,10 +253,10 @@ def test_far_calibrate_cli_bad_input_is_one_line_exit_2(tmp_path):
                                       "models": {"edge": {"backend": "oracle"}, "cloud": {"backend": "oracle"}}}))
     for args, fragment in [(["--output", str(tmp_path / "no" / "cal.json")], "--output"),
                            (["--output", str(tmp_path / "cal.json"), "--folds", "1"], "--folds")]:
-        run = subprocess.run([sys.executable, "-m", "serve.cli", "calibrate", str(config), *args], cwd=REPO,
+        run = subprocess.run([sys.executable, "-m", "far", "calibrate", str(config), *args], cwd=REPO,
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 2, run.stderr
         assert fragment in run.stderr and "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
-    run = subprocess.run([sys.executable, "-m", "serve.cli", "calibrate", str(config), "--output",
+    run = subprocess.run([sys.executable, "-m", "far", "calibrate", str(config), "--output",
                           str(tmp_path / "cal.json")], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and "must not be simulators" in run.stderr and not (tmp_path / "cal.json").exists()

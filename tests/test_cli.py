@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def far(*args, cwd):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "search", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "far", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 
 

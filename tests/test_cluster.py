@@ -56,7 +56,7 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
 
         def submit(out: Path, wait: bool = True):
             command = [str(bin_dir / "ray"), "job", "submit", "--address", head.dashboard, "--working-dir",
-                       str(tmp_path), *([] if wait else ["--no-wait"]), "--", "python", "-m", "search", "job.yaml",
+                       str(tmp_path), *([] if wait else ["--no-wait"]), "--", "python", "-m", "far", "job.yaml",
                        "--quiet", "--output", str(out)]
             return submit_job(command, job_env)
 

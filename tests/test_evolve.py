@@ -493,7 +493,7 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
 def test_bad_evolve_settings_are_one_line_before_anything_loads(tmp_path, capsys, line, field):
     import time
 
-    from serve.cli import main
+    from far.cli import main
 
     bad = tmp_path / "evolve.yaml"
     bad.write_text(line + "\n")
@@ -505,7 +505,7 @@ def test_bad_evolve_settings_are_one_line_before_anything_loads(tmp_path, capsys
 
 
 def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
-    from serve.cli import main  # `far`: every command, evolve included
+    from far.cli import main  # `far`: every command, evolve included
 
     bad = tmp_path / "evolve.yaml"
     bad.write_text("rounds: 0\nkappa: {executable: [1.0, 1.0]}\n")
@@ -517,7 +517,7 @@ def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
 def test_far_evolve_names_the_model_to_ship(tmp_path, capsys):
     import yaml
 
-    from serve.cli import main
+    from far.cli import main
 
     config = tmp_path / "evolve.yaml"
     config.write_text(yaml.safe_dump(tiny_config(tmp_path / "out").model_dump(mode="json")))

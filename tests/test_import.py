@@ -49,7 +49,7 @@ def test_imported_scenarios_evaluate_end_to_end(tmp_path):
             for i in range(24)]
     (tmp_path / "mine.jsonl").write_text("\n".join(rows + ["oops"]) + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    imported = subprocess.run([sys.executable, "-m", "search", "import-scenarios", "mine.jsonl", "--output",
+    imported = subprocess.run([sys.executable, "-m", "far", "import-scenarios", "mine.jsonl", "--output",
                                "mine.parquet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
     assert "Imported 24 scenarios" in imported.stdout and "mine.jsonl:25" in imported.stderr
@@ -57,7 +57,7 @@ def test_imported_scenarios_evaluate_end_to_end(tmp_path):
     config = {"suite": {"name": "parquet", "path": "mine.parquet"}, "models": ORACLE_MODELS,
               "policies": {"p": {"cloud_threshold": 0.5}}, "output": "out"}
     (tmp_path / "far.yaml").write_text(yaml.safe_dump(config))
-    run = subprocess.run([sys.executable, "-m", "search", "evaluate", "far.yaml"], cwd=tmp_path, env=env,
+    run = subprocess.run([sys.executable, "-m", "far", "evaluate", "far.yaml"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
@@ -66,7 +66,7 @@ def test_imported_scenarios_evaluate_end_to_end(tmp_path):
 
 def far(args, cwd, timeout=120):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "search", *args], cwd=cwd, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "far", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 

@@ -4,9 +4,10 @@ rollout/ keeps to itself.
 Every module of FAR's packages is parsed with ``ast``; every ``import`` counts, including those inside
 functions (a lazy import is still a dependency). Layers, bottom to top:
 
-    rollout  <-  verifiers, cluster  <-  search, evolve  <-  serve
+    rollout  <-  verifiers, cluster  <-  search, evolve  <-  serve  <-  far (the command and the Python API)
 
-An import may point down or sideways, never up; sideways imports must not form a circle either.
+An import may point down or sideways, never up; sideways imports must not form a circle either. evolve and
+serve reach search through its pipeline (``search.pipeline``) only.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"rollout": 0, "verifiers": 1, "cluster": 1, "search": 2, "evolve": 2, "serve": 3}
+LAYERS = {"rollout": 0, "verifiers": 1, "cluster": 1, "search": 2, "evolve": 2, "serve": 3, "far": 4}
+PIPELINE = "search.pipeline"  # all of search that evolve and serve may import
 
 
 def module_name(path: Path) -> str:
@@ -124,7 +126,7 @@ def test_cycle_finder_finds_circles_and_only_circles():
 
 def test_every_package_module_is_parsed(graph):
     assert {"rollout.agent", "rollout.suites.registry", "rollout.models.backends", "verifiers.ensemble",
-            "serve.app"} <= set(graph)
+            "serve.app", "far.cli"} <= set(graph)
 
 
 def test_no_module_import_cycles(graph):
@@ -138,6 +140,32 @@ def test_no_package_import_cycles(graph):
 
 def test_no_import_points_up_the_layers(graph):
     assert upward_imports(graph) == []
+
+
+def internal_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of search by evolve or serve that go past its pipeline."""
+    return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
+                  if source.split(".")[0] in ("evolve", "serve") and target.split(".")[0] == "search"
+                  and target != PIPELINE)
+
+
+def test_evolve_and_serve_use_the_pipeline_not_search_internals(graph):
+    assert internal_imports({"evolve.loop": {"search.config", "search.pipeline"}, "serve.app": {"search"},
+                             "far.cli": {"search.config"}}) == ["evolve.loop -> search.config", "serve.app -> search"]
+    assert internal_imports(graph) == []
+    assert any(PIPELINE in targets for source, targets in graph.items() if source.startswith("evolve."))
+    assert any(PIPELINE in targets for source, targets in graph.items() if source.startswith("serve."))
+
+
+def test_the_command_line_is_a_thin_layer_over_the_pipeline(graph):
+    """``far``'s commands parse arguments and call a pipeline function: the CLI imports no search internals,
+    and no handler is long (the jobs live in ``search.pipeline``, ``evolve.loop`` and ``serve.service``)."""
+    assert {t for t in graph["far.cli"] if t.startswith("search")} <= {PIPELINE}
+    tree = ast.parse((ROOT / "far" / "cli.py").read_text())
+    handlers = {node.name: node.end_lineno - node.lineno + 1 for node in tree.body
+                if isinstance(node, ast.FunctionDef) and node.name.startswith("cmd_")}
+    assert set(handlers) >= {"cmd_search", "cmd_evaluate", "cmd_evolve", "cmd_serve"}
+    assert max(handlers.values()) <= 20, handlers
 
 
 def test_rollout_rooms_keep_to_themselves(graph):

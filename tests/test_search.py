@@ -36,7 +36,7 @@ def write(tmp_path, search, space=SPACE, **extra):
 
 def far(args, cwd, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "search", *args], cwd=cwd, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "far", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600, **kwargs)
 
 
@@ -50,7 +50,7 @@ class Row:
 def test_evolutionary_search_end_to_end(tmp_path):
     path = write(tmp_path, {"method": "evolutionary", "budget": 14, "seed": 1,
                             "evolutionary": {"population": 6}})
-    run = far([str(path), "--quiet"], tmp_path)  # `python -m search CONFIG` runs a search
+    run = far([str(path), "--quiet"], tmp_path)  # `python -m far CONFIG` runs a search
     assert run.returncode == 0, run.stderr[-3000:]
     out = tmp_path / "out"
     trials = [Row(r) for r in pq.read_table(out / "trials.parquet").to_pylist()]
@@ -99,7 +99,7 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     path = write(tmp_path, {"method": "evolutionary", "budget": 20, "seed": 4, "concurrency": 1,
                             "chunk_size": 100, "evolutionary": {"population": 5}}, engine="graph")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    process = subprocess.Popen([sys.executable, "-m", "search", "search", str(path), "--quiet"], cwd=tmp_path,
+    process = subprocess.Popen([sys.executable, "-m", "far", "search", str(path), "--quiet"], cwd=tmp_path,
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     tune_dir = tmp_path / "out" / "tune"
     deadline = time.time() + 300
@@ -185,7 +185,7 @@ def test_an_output_path_inside_a_file_fails_before_any_work(tmp_path):
 
 
 def test_ray_job_submit_against_a_head(tmp_path):
-    """The README's cluster recipe: a head with the dashboard, RAY_AUTH_MODE=token, `python -m search CONFIG`."""
+    """The README's cluster recipe: a head with the dashboard, RAY_AUTH_MODE=token, `python -m far CONFIG`."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
     head = RayNode(env, cpus=2)
@@ -196,7 +196,7 @@ def test_ray_job_submit_against_a_head(tmp_path):
                                           "search": {"method": "random", "budget": 4, "actors": 1, "chunk_size": 50},
                                           "output": str(tmp_path / "job-out")}))
         submit = [str(bin_dir / "ray"), "job", "submit", "--address", head.dashboard,
-                  "--working-dir", str(tmp_path), "--", "python", "-m", "search", "job.yaml", "--quiet"]
+                  "--working-dir", str(tmp_path), "--", "python", "-m", "far", "job.yaml", "--quiet"]
         done = submit_job(submit, {**env, "RAY_AUTH_MODE": "token"})
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
         assert len(pq.read_table(tmp_path / "job-out" / "trials.parquet").to_pylist()) == 4
@@ -255,7 +255,7 @@ def test_same_config_and_seed_give_the_same_summary_whatever_the_concurrency(tmp
 def test_a_ray_that_will_not_start_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
     import ray
 
-    from search.cli import main
+    from far.cli import main
 
     def refuse(*args, **kwargs):
         raise RuntimeError("Failed to start the GCS server.\n  File ...\nraylet died: out of memory (pid 4242)")

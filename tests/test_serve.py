@@ -248,10 +248,10 @@ def test_far_serve_command_serves_until_interrupted(tmp_path):
                                       "models": oracle_models(cache={"enabled": False})}))
     env = {**os.environ, "RAY_ADDRESS": "", "FAR_SERVE_TOKEN": ""}
     env.pop("RAY_ADDRESS")
-    refused = subprocess.run([sys.executable, "-m", "serve", "serve", str(config), "--host", "0.0.0.0"],
+    refused = subprocess.run([sys.executable, "-m", "far", "serve", str(config), "--host", "0.0.0.0"],
                              capture_output=True, text=True, env=env, timeout=120)
     assert refused.returncode == 2 and "FAR_SERVE_TOKEN" in refused.stderr  # no token off loopback: refused
-    process = subprocess.Popen([sys.executable, "-m", "serve", "serve", str(config)], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "far", "serve", str(config)], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         deadline = time.time() + 180
@@ -288,7 +288,7 @@ def test_far_serve_refuses_to_fit_on_evaluation_only_data_before_ray(tmp_path):
     config = tmp_path / "learned.yaml"
     config.write_text(yaml.safe_dump({"port": free_port(), "suites": suites, "models": learned}))
     started = time.time()
-    run = subprocess.run([sys.executable, "-m", "serve", "serve", str(config), "--once"], capture_output=True,
+    run = subprocess.run([sys.executable, "-m", "far", "serve", str(config), "--once"], capture_output=True,
                          text=True, env=env, timeout=300, cwd=tmp_path)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr[-1500:]
     assert "evaluation-only" in run.stderr and "private.parquet" in run.stderr
@@ -320,7 +320,7 @@ def test_a_busy_port_is_one_line_before_ray(tmp_path):
         config.write_text(yaml.safe_dump({"suites": {"small": SUITE}, "models": oracle_models()}))
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         started = time.time()
-        run = subprocess.run([sys.executable, "-m", "serve", "serve", str(config), "--port", str(port)],
+        run = subprocess.run([sys.executable, "-m", "far", "serve", str(config), "--port", str(port)],
                              capture_output=True, text=True, env=env, timeout=120)
     finally:
         holder.close()
@@ -333,7 +333,7 @@ def test_serve_already_running_elsewhere_is_refused_not_silently_kept(tmp_path, 
     import yaml
     from ray import serve
 
-    from serve.cli import main
+    from far.cli import main
 
     running = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": running})
@@ -363,7 +363,7 @@ def test_the_token_reaches_no_ray_process(tmp_path):
                                       "auth": {"require_on_loopback": True}, "output": str(tmp_path / "out"),
                                       "models": oracle_models(cache={"enabled": False})}))
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "FAR_SERVE_TOKEN": token}
-    process = subprocess.Popen([sys.executable, "-m", "serve", "serve", str(config)], env=env,
+    process = subprocess.Popen([sys.executable, "-m", "far", "serve", str(config)], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 240

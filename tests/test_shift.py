@@ -107,7 +107,7 @@ def test_far_evaluate_marks_a_run_on_unlike_data_and_not_one_on_its_own(tmp_path
             for i, s in enumerate(DOMAIN)]
     (tmp_path / "office.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    imported = subprocess.run([sys.executable, "-m", "search", "import-scenarios", "office.jsonl", "--output",
+    imported = subprocess.run([sys.executable, "-m", "far", "import-scenarios", "office.jsonl", "--output",
                                "office.parquet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
     summaries = {}
@@ -119,7 +119,7 @@ def test_far_evaluate_marks_a_run_on_unlike_data_and_not_one_on_its_own(tmp_path
                              "scope": None},
                   "policies": {"p": {"cloud_threshold": 0.5}}, "output": name}
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
-        run = subprocess.run([sys.executable, "-m", "search", "evaluate", f"{name}.yaml"], cwd=tmp_path, env=env,
+        run = subprocess.run([sys.executable, "-m", "far", "evaluate", f"{name}.yaml"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
         assert run.returncode == 0, run.stderr
         summaries[name] = (json.loads((tmp_path / name / "summary.json").read_text()), run.stdout)

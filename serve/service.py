@@ -1,66 +1,63 @@
-"""``far``: the whole command line, assembled here at the top of the dependency chain -- search's commands
-(``evaluate``, ``search``, ``import-scenarios``), ``evolve``, and this package's ``serve``. Bad input prints
-one line naming file and field, and exits with status 2."""
+"""``far serve``: start the app on Ray Serve and keep it running. Bad input is a ``FarInputError`` (one line
+naming file and field), raised before Ray starts."""
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
 
 from rollout.errors import FarInputError
 
 
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    import os
-    from pathlib import Path
-
+def run_service(config_file: str | Path, *, host: str | None = None, port: int | None = None,
+                address: str | None = None, once: bool = False) -> int:
+    """``far serve``: the verifier ensemble and policy scoring over REST on Ray Serve (a local Ray, or the
+    cluster at ``address`` or ``$RAY_ADDRESS``), until Ctrl-C; with ``once``, start, announce and return (the
+    app keeps running on the cluster)."""
     from serve.schemas import MAKE_TOKEN, MIN_TOKEN_LENGTH, load_serve_config
 
-    config = load_serve_config(args.config).with_absolute_paths()
-    if args.host:
-        config = config.model_copy(update={"host": args.host})
-    if args.port:
-        config = config.model_copy(update={"port": args.port})
+    config = load_serve_config(config_file).with_absolute_paths()
+    if host:
+        config = config.model_copy(update={"host": host})
+    if port:
+        config = config.model_copy(update={"port": port})
     # the token leaves the environment before Ray starts: Ray's processes inherit it otherwise; only its
     # SHA-256 reaches the replicas
     token = os.environ.pop(config.auth.token_env, None) or None
     if config.token_required() and not token:
         raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
-                            f"${config.auth.token_env} ({MAKE_TOKEN})", file=args.config, field="auth.token_env")
+                            f"${config.auth.token_env} ({MAKE_TOKEN})", file=config_file, field="auth.token_env")
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
         raise FarInputError(f"the token in ${config.auth.token_env} has {len(token)} characters; use at least "
-                            f"{MIN_TOKEN_LENGTH} ({MAKE_TOKEN})", file=args.config, field="auth.token_env")
+                            f"{MIN_TOKEN_LENGTH} ({MAKE_TOKEN})", file=config_file, field="auth.token_env")
     from serve.app import check_suites
 
-    check_suites(config, Path(args.config).resolve().parent, args.config)
-    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    check_suites(config, Path(config_file).resolve().parent, config_file)
+    address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:  # a local Ray starts now, so nothing of ours holds the port yet
-        check_port_free(config.host, config.port, args.config)
+        check_port_free(config.host, config.port, config_file)
     from ray import serve
 
     from cluster.hosting import ensure_ray
     from serve.app import build_app
 
-    ensure_ray(args.address)
+    ensure_ray(address)
     existing = running_serve_address()
     if existing is not None and existing != (config.host, config.port):
         raise FarInputError(f"Ray Serve already runs on this cluster at {existing[0]}:{existing[1]} and its address "
                             f"cannot change: serve there (--host {existing[0]} --port {existing[1]}, with a token "
-                            "if that is not loopback) or stop it first (`serve shutdown`)", file=args.config,
+                            "if that is not loopback) or stop it first (`serve shutdown`)", file=config_file,
                             field="host")
     serve.start(http_options={"host": config.host, "port": config.port})
 
     try:  # Ctrl-C at any point from here, starting up included, stops the app cleanly
         serve.run(build_app(config, token if config.token_required() else None,
-                            Path(args.config).resolve().parent), name="far", route_prefix="/")
+                            Path(config_file).resolve().parent), name="far", route_prefix="/")
         auth = "bearer token required" if config.token_required() else "no token (loopback)"
         print(f"FAR serve: http://{config.host}:{config.port}/v1 ({auth}); OpenAPI at /docs; verifiers: "
               f"{', '.join(config.verifier.members)} ({config.verifier.aggregation}). Ctrl-C stops.", flush=True)
-        if args.once:  # started and answered: used by tests and scripts that manage the lifetime themselves
+        if once:  # started and answered: used by tests and scripts that manage the lifetime themselves
             return 0
         while True:
             time.sleep(3600)
@@ -95,26 +92,3 @@ def running_serve_address() -> tuple[str, int] | None:
         return None
     http = client.http_config
     return http.host, http.port
-
-
-def add_commands(commands: Any) -> None:
-    serve_cmd = commands.add_parser("serve", help="serve the verifier ensemble and policy scoring over REST "
-                                                  "(Ray Serve)")
-    serve_cmd.add_argument("config", help="serve configuration (YAML), e.g. configs/serve.yaml")
-    serve_cmd.add_argument("--host", help="override the config's bind address")
-    serve_cmd.add_argument("--port", type=int, help="override the config's port")
-    serve_cmd.add_argument("--address", help="Ray cluster to join (default: $RAY_ADDRESS, else a local Ray)")
-    serve_cmd.add_argument("--once", action="store_true", help="start, print the URL and return (the app keeps "
-                                                                "running on the Ray cluster)")
-    serve_cmd.set_defaults(handler=cmd_serve)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from evolve.cli import add_commands as add_evolve
-    from search.cli import main as run
-
-    return run(argv, registrars=(add_evolve, add_commands))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 import sys
 
-from serve.cli import main
+from far.cli import main
 
 sys.exit(main())

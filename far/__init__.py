@@ -1,0 +1,39 @@
+"""FAR from Python: the jobs the ``far`` command runs, as functions that return their results.
+
+    import far
+    result = far.run_search("configs/search.yaml")   # far search configs/search.yaml
+    print(result.report)                               # what the command prints
+    result.deployable, result.winner.short(), result.output
+
+``run_evaluate`` (far evaluate), ``run_search`` (far search), ``run_calibrate`` (far calibrate),
+``import_scenarios`` (far import-scenarios), ``run_evolve`` (far evolve), ``run_service`` (far serve), and
+``build_evaluator`` to evaluate policies of your own on a config's suite and models. Bad input raises
+``FarInputError`` (its message names file and field) before any expensive work.
+
+The top of the layer order: this package may import every other one; none imports it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rollout.errors import FarEnvironmentError, FarInputError
+
+_EXPORTS = {
+    "run_evaluate": "search.pipeline", "run_search": "search.pipeline", "run_calibrate": "search.pipeline",
+    "import_scenarios": "search.pipeline", "build_evaluator": "search.pipeline",
+    "EvaluateResult": "search.pipeline", "SearchResult": "search.pipeline",
+    "run_evolve": "evolve.loop", "run_service": "serve.service",
+}
+
+__all__ = ["FarEnvironmentError", "FarInputError", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    """Imported on first use: ``import far`` stays light (no Ray, torch or Serve until a job needs them)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'far' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

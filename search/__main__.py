@@ -1,5 +1,0 @@
-import sys
-
-from search.cli import main
-
-sys.exit(main())
