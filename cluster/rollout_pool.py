@@ -23,6 +23,11 @@ from verifiers.verdict import Verdict
 
 MIN_CHUNK = 50
 MAX_REPLACEMENTS = 3  # actors replaced per evaluation before giving up
+# An actor is lost when its node is gone. A call in flight then fails with RayActorError; a call made once Ray
+# has tried to restart it fails with ActorUnschedulableError (it is pinned to the dead node), which is not a
+# RayActorError. Every trial starts from the pool Tune pickled, with the pinned handle, so missing the second
+# made each trial after a node loss fail on all its retries (issue 38: 9 of 10 trials under load).
+ACTOR_LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError)
 
 
 @ray.remote(max_restarts=-1, max_task_retries=1)
@@ -98,7 +103,7 @@ class RolloutPool:
             for i, ref in pending.items():
                 try:
                     results[i] = ray.get(ref)
-                except ray.exceptions.RayActorError:  # its node is gone (a dead process was restarted and retried)
+                except ACTOR_LOST:  # its node is gone (a dead process was restarted and its chunk retried)
                     todo.append(i)
             if not todo:
                 break
@@ -121,7 +126,7 @@ class RolloutPool:
         for actor in self.actors:
             try:
                 found.append(ray.get(actor.node.remote(), timeout=30))
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            except (*ACTOR_LOST, ray.exceptions.GetTimeoutError):
                 found.append("lost")
         return found
 

@@ -2,6 +2,8 @@
 import threading
 import time
 
+import pytest
+
 from conftest import oracle_models
 
 from cluster.rollout_pool import RolloutPool
@@ -44,5 +46,28 @@ def test_actor_killed_mid_trial_loses_and_duplicates_nothing(ray_local):
         killer.join()
         assert verdicts == expected  # every scenario once, in order
         assert ray_local.get(pool.actors[0].pid.remote()) != pids[0]  # it was restarted
+    finally:
+        pool.shutdown()
+
+
+def test_an_actor_pinned_to_a_node_that_is_gone_is_replaced(ray_local):
+    """After a node is lost, its pinned actors cannot be restarted: calls raise ActorUnschedulableError, not
+    RayActorError. The pool replaces such an actor and sends its chunks again; every trial starts from Tune's
+    pickled pool, which still holds the pinned handle, so this is the path each trial after a node loss takes."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from cluster.rollout_pool import RolloutActor
+
+    evaluator, pool = setup()
+    try:
+        expected = pool.evaluate(POLICY, "train")
+        gone = "ab" * 28  # a node ID no node has
+        stranded = RolloutActor.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(
+            gone, soft=False)).remote(pool._refs, pool.verifier, pool.costs, pool.engine)
+        with pytest.raises(ray_local.exceptions.ActorUnschedulableError):
+            ray_local.get(stranded.evaluate.remote(POLICY, "train", 0, 50), timeout=60)
+        pool.actors[1] = stranded
+        assert pool.evaluate(POLICY, "train") == expected  # every chunk once, in order
+        assert pool.actors[1] is not stranded and "lost" not in pool.nodes()
     finally:
         pool.shutdown()
