@@ -25,8 +25,8 @@ MIN_CHUNK = 50
 MAX_REPLACEMENTS = 3  # actors replaced per evaluation before giving up
 # An actor is lost when its node is gone. A call in flight then fails with RayActorError; a call made once Ray
 # has tried to restart it fails with ActorUnschedulableError (it is pinned to the dead node), which is not a
-# RayActorError. Every trial starts from the pool Tune pickled, with the pinned handle, so missing the second
-# made each trial after a node loss fail on all its retries (issue 38: 9 of 10 trials under load).
+# RayActorError. Every trial starts from the pool Tune pickled, with the pinned handle, so a trial that met the
+# second would fail on all its retries.
 ACTOR_LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError)
 
 

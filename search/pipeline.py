@@ -353,6 +353,8 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
         raise FarInputError("no trial finished: see the Tune log above", field="search")
     if run.failed and progress is not None:
         progress(f"warning: {run.failed} trial(s) failed after {settings.trial_retries} retries and are left out")
+    if run.rescued and progress is not None:
+        progress(f"note: {run.rescued} trial(s) that Tune ended in error (a lost node) were evaluated again here")
 
     board = build_leaderboard(run.trials, evaluator, config.gate, settings.top_k)
     leaderboard = board.entries()
@@ -443,6 +445,7 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
                  "trial_nodes": sorted({t.metrics.get("node", "") for t in run.trials})}
     write_json_atomic(out / "run_stats.json", {"seconds": round(time.perf_counter() - started, 3),
                                                "tune_seconds": round(run.seconds, 3), "model_calls": calls_stats,
+                                               "rescued_trials": run.rescued,
                                                **placement})
     write_text_atomic(out / "report.html", render(f"FAR search: {settings.method}", summary, run.trials,
                                                   leaderboard, winner_train, winner_holdout,

@@ -17,13 +17,13 @@ from typing import Any
 
 import ray
 from ray import tune
-from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter
+from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Searcher
 
 from cluster.rollout_pool import RolloutPool
 from rollout.policy import Policy
 from search.columnar import ColumnarTrials
 from search.config import LoadedSearchConfig, SearchSettings
-from search.evolution import EvolutionarySearcher, RandomSearcher
+from search.evolution import EvolutionarySearcher, RandomSearcher, config_key
 from search.rank import NO_CONSTRAINTS, Constraints, tune_score
 from search.results import PolicyResult, aggregate
 from search.space import PolicySpace
@@ -65,9 +65,71 @@ def evaluate_trial(config: dict[str, Any], pool: RolloutPool | ColumnarTrials, s
                  "node": ray.get_runtime_context().get_node_id()})
 
 
+class RescueLostTrials(Searcher):
+    """Wraps a searcher: a trial Tune ends in error is evaluated again here, in the driver, before the searcher
+    hears of it, and the searcher gets its result, so a search that loses a node goes on as it would have
+    without the fault. A trial's result is a pure function of its policy, so evaluating it again is exact; an
+    evaluation that fails again here stays an error.
+
+    Why not Tune's retries alone (``trial_retries``): Ray Tune 2.60 ends a trial in error, whatever its
+    ``max_failures``, when the node of the cached actor it is being reset onto (``reuse_actors``) dies -- the
+    reset task's failure arrives while the trial is PENDING again (issue 38: 9 of 10 trials under load).
+    Not reusing actors would start a worker process per trial, ~1 s each against Tune's 0.065 s overhead."""
+
+    def __init__(self, searcher: Searcher, evaluate: Any) -> None:
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+        self.searcher = searcher
+        self.evaluate = evaluate  # config -> the trial's metrics, in this process
+        self.configs: dict[str, dict] = {}  # trial id -> config, while the trial runs
+        self.rescued: dict[str, dict] = {}  # config key -> metrics, for the trials evaluated here
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "evaluate": None}  # Tune saves the searcher; a restored one rescues nothing
+
+    def set_search_properties(self, metric: str | None, mode: str | None, config: dict, **spec: Any) -> bool:
+        return self.searcher.set_search_properties(metric, mode, config, **spec)
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        return self.searcher.set_max_concurrency(max_concurrent)
+
+    def suggest(self, trial_id: str) -> dict | None:
+        config = self.searcher.suggest(trial_id)
+        if isinstance(config, dict):
+            self.configs[trial_id] = config
+        return config
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        config = self.configs.pop(trial_id, None)
+        if error and config is not None and self.evaluate is not None:
+            try:
+                result = {**self.evaluate(config), "trial_id": trial_id}
+            except Exception:  # noqa: BLE001 -- it fails here too: an error, as Tune said
+                pass
+            else:
+                error = False
+                self.rescued[config_key(config)] = result
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def save(self, checkpoint_path: str) -> None:
+        self.searcher.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.searcher.restore(checkpoint_path)
+
+    def get_state(self) -> dict:
+        return self.searcher.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self.searcher.set_state(state)
+
+
 def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any = None,
-                  constraints: Constraints = NO_CONSTRAINTS) -> tuple[Any, dict, int]:
-    """(search_alg, param_space, num_samples) for the method."""
+                  constraints: Constraints = NO_CONSTRAINTS, rescue: Any = None) -> tuple[Any, dict, int]:
+    """(search_alg, param_space, num_samples) for the method; ``rescue`` (config -> metrics, in the driver)
+    evaluates the trials Tune ends in error (``RescueLostTrials``)."""
     if settings.method == "grid":
         grid = {name: tune.grid_search(list(d.grid_values())) for name, d in space.parameters.items()}
         return BasicVariantGenerator(random_state=settings.seed), grid, 1
@@ -77,7 +139,7 @@ def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any
     if settings.method == "random":
         searcher: Any = RandomSearcher(space, seed=settings.seed, on_grid=settings.on_grid, metric=METRIC,
                                        mode="max")
-        return ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency), {}, budget
+        return ConcurrencyLimiter(rescued(searcher, rescue), max_concurrent=settings.concurrency), {}, budget
     evolution = settings.evolutionary.model_dump()
     if settings.method == "evolutionary":
         searcher = EvolutionarySearcher(space, seed=settings.seed, on_grid=settings.on_grid,
@@ -89,7 +151,11 @@ def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any
         searcher = LLMProposalSearcher(space, proposer_lm, warmup=llm.warmup, temperature=llm.temperature,
                                        max_tokens=llm.max_tokens, seed=settings.seed, on_grid=settings.on_grid,
                                        constraints=constraints, metric=METRIC, mode="max", **evolution)
-    return ConcurrencyLimiter(searcher, max_concurrent=settings.concurrency), {}, budget
+    return ConcurrencyLimiter(rescued(searcher, rescue), max_concurrent=settings.concurrency), {}, budget
+
+
+def rescued(searcher: Searcher, rescue: Any) -> Searcher:
+    return searcher if rescue is None else RescueLostTrials(searcher, rescue)
 
 
 def suggestion_number(experiment_tag: str) -> int:
@@ -129,6 +195,7 @@ class SearchRun:
     searcher_counts: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     failed: int = 0  # trials that errored after all their retries
+    rescued: int = 0  # trials Tune ended in error, evaluated again in the driver (``RescueLostTrials``)
 
 
 def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool | ColumnarTrials, simulated: bool, resume: bool,
@@ -146,11 +213,19 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool | ColumnarTrials, sim
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
     started = time.perf_counter()
     searcher = None  # our own searcher object, for its counts (a restored run has Tune's copy instead)
+    rescuer = None
+
+    def rescue(config: dict[str, Any]) -> dict[str, Any]:  # a trial Tune ended in error, evaluated here
+        policy = space.policy({name: config[name] for name in space.parameters})
+        return {**trial_metrics(trial_result(pool, policy, simulated), constraints), "node": "driver (rescued)"}
+
     if resume and tune.Tuner.can_restore(str(experiment)):
         tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_errored=True)
     else:
-        search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm, constraints)
+        search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm, constraints, rescue)
         searcher = getattr(search_alg, "searcher", None)
+        if isinstance(searcher, RescueLostTrials):
+            rescuer, searcher = searcher, searcher.searcher
         tuner = tune.Tuner(
             trainable,
             param_space=param_space,
@@ -163,18 +238,32 @@ def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool | ColumnarTrials, sim
     grid = tuner.fit()
     trials = []
     failed = 0
+    rescued = 0
     for result in grid:
-        if result.error is not None or not result.metrics or "critical_failures" not in result.metrics:
+        params = {name: result.config[name] for name in space.parameters}
+        metrics = result.metrics
+        if result.error is not None and rescuer is not None and config_key(params) in rescuer.rescued:
+            metrics = rescued_metrics(rescuer.rescued[config_key(params)], result.path)
+            rescued += 1
+        elif result.error is not None or not metrics or "critical_failures" not in metrics:
             failed += 1  # its retries spent (trial_retries): said in the output, never silently ranked
             continue
-        params = {name: result.config[name] for name in space.parameters}
         trials.append(TrialRecord(
-            trial_id=result.metrics.get("trial_id", ""), params=params,
-            metrics={k: v for k, v in result.metrics.items() if not isinstance(v, dict)},
-            policy=space.policy(params), finished_at=result.metrics.get("finished_at", 0.0),
+            trial_id=metrics.get("trial_id", ""), params=params,
+            metrics={k: v for k, v in metrics.items() if not isinstance(v, dict)},
+            policy=space.policy(params), finished_at=metrics.get("finished_at", 0.0),
         ))
     # suggestion order, never completion order: Tune numbers each trial's tag as it creates it (and keeps the
     # counter across --resume, where it re-queues restored trials by their last result time)
     trials.sort(key=lambda t: suggestion_number(t.metrics.get("experiment_tag", "")))
     counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
-    return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started, failed=failed)
+    return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started, failed=failed,
+                     rescued=rescued)
+
+
+def rescued_metrics(metrics: dict[str, Any], trial_path: str | None) -> dict[str, Any]:
+    """A rescued trial's metrics, with the experiment tag Tune gave it (its number orders the trials): Tune names
+    a trial's directory ``<trainable>_<trial id>_<tag>_<date>``."""
+    name = os.path.basename(trial_path or "")
+    _, _, tag = name.partition(f"_{metrics.get('trial_id', '')}_")
+    return {**metrics, "experiment_tag": tag} if tag else metrics

@@ -1,0 +1,69 @@
+"""A trial that Tune ends in error (e.g. its node died while Tune reset a cached actor onto it, which Tune 2.60
+ends in error whatever max_failures says) is evaluated again in the driver before the searcher hears of it:
+the search suggests, ranks and records exactly what it would have without the fault."""
+import sys
+
+import yaml
+from ray import cloudpickle
+from conftest import ORACLE_MODELS
+from test_search import SPACE
+
+from cluster.rollout_pool import RolloutPool
+from rollout.scenario import SPLITS
+from search.config import load_search_config
+from search.pipeline import build_evaluator
+from search.tune_search import rescued_metrics, run_tune
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's workers get the pool below by value
+
+
+class FailsInTrials:
+    """A rollout pool that fails one policy inside Tune's trial actors (as a lost node does), never in the driver."""
+
+    def __init__(self, pool, doomed):
+        self.pool, self.doomed = pool, doomed
+
+    def evaluate(self, policy, split):
+        import ray
+
+        if policy == self.doomed and ray.get_runtime_context().get_actor_id() is not None:
+            raise RuntimeError("the trial's node is gone")
+        return self.pool.evaluate(policy, split)
+
+
+def loaded_config(tmp_path, name):
+    config = {"suite": {"name": "edge_cloud", "seed": 4, "size": 300}, "space": SPACE, "models": ORACLE_MODELS,
+              "gate": {"max_mean_cost": 0.9}, "output": str(tmp_path / name),
+              "search": {"method": "evolutionary", "budget": 8, "seed": 2, "concurrency": 2, "actors": 1,
+                         "chunk_size": 100, "trial_retries": 0, "evolutionary": {"population": 4}}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return load_search_config(path)
+
+
+def test_a_trial_tune_ends_in_error_is_evaluated_again_and_the_search_goes_on_unchanged(tmp_path, ray_local):
+    clean_config = loaded_config(tmp_path, "clean")
+    evaluator = build_evaluator(clean_config.config, base_dir=clean_config.base_dir, rewards=clean_config.rewards)
+    pool = RolloutPool({split: evaluator.prepared(split) for split in SPLITS}, evaluator.verifier, evaluator.costs,
+                       actors=1, chunk_size=100)
+    try:
+        clean = run_tune(clean_config, pool, True, resume=False, verbose=0)
+        doomed = clean.trials[1].policy  # in the first generation: the second one is bred from it
+        faulty = run_tune(loaded_config(tmp_path, "faulty"), FailsInTrials(pool, doomed), True, resume=False,
+                          verbose=0)
+    finally:
+        pool.shutdown()
+    assert (faulty.rescued, faulty.failed, clean.rescued) == (1, 0, 0)
+
+    def record(run):
+        return [(t.params, t.critical_failures, round(t.reward, 6), round(t.cost, 6)) for t in run.trials]
+
+    assert record(faulty) == record(clean)  # the same trials, in suggestion order, with the same results
+    assert [t.metrics.get("node") for t in faulty.trials].count("driver (rescued)") == 1
+
+
+def test_a_rescued_trial_keeps_the_tag_tune_gave_it():
+    metrics = {"trial_id": "6a31049f", "reward": 1.0}
+    path = "/x/tune/evaluate_trial_6a31049f_5_cloud_threshold=0.4000,max_retries=2_2026-12-04_07-56-09"
+    assert rescued_metrics(metrics, path)["experiment_tag"].startswith("5_cloud_threshold=0.4000")
+    assert "experiment_tag" not in rescued_metrics(metrics, "/x/tune/somewhere_else")
