@@ -119,11 +119,11 @@ class RescueLostTrials(Searcher):
     def restore(self, checkpoint_path: str) -> None:
         self.searcher.restore(checkpoint_path)
 
-    def get_state(self) -> dict:
-        return self.searcher.get_state()
+    def get_state(self) -> dict:  # this wrapper's own state (Tune saves each wrapper's, then the base searcher)
+        return {"configs": dict(self.configs), "rescued": dict(self.rescued)}
 
     def set_state(self, state: dict) -> None:
-        self.searcher.set_state(state)
+        self.configs, self.rescued = dict(state["configs"]), dict(state["rescued"])
 
 
 def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any = None,
