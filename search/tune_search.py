@@ -139,7 +139,7 @@ def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any
     if settings.method == "random":
         searcher: Any = RandomSearcher(space, seed=settings.seed, on_grid=settings.on_grid, metric=METRIC,
                                        mode="max")
-        return ConcurrencyLimiter(rescued(searcher, rescue), max_concurrent=settings.concurrency), {}, budget
+        return ConcurrencyLimiter(with_rescue(searcher, rescue), max_concurrent=settings.concurrency), {}, budget
     evolution = settings.evolutionary.model_dump()
     if settings.method == "evolutionary":
         searcher = EvolutionarySearcher(space, seed=settings.seed, on_grid=settings.on_grid,
@@ -151,10 +151,10 @@ def make_searcher(settings: SearchSettings, space: PolicySpace, proposer_lm: Any
         searcher = LLMProposalSearcher(space, proposer_lm, warmup=llm.warmup, temperature=llm.temperature,
                                        max_tokens=llm.max_tokens, seed=settings.seed, on_grid=settings.on_grid,
                                        constraints=constraints, metric=METRIC, mode="max", **evolution)
-    return ConcurrencyLimiter(rescued(searcher, rescue), max_concurrent=settings.concurrency), {}, budget
+    return ConcurrencyLimiter(with_rescue(searcher, rescue), max_concurrent=settings.concurrency), {}, budget
 
 
-def rescued(searcher: Searcher, rescue: Any) -> Searcher:
+def with_rescue(searcher: Searcher, rescue: Any) -> Searcher:
     return searcher if rescue is None else RescueLostTrials(searcher, rescue)
 
 
