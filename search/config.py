@@ -152,19 +152,28 @@ def load_suite(loaded: Loaded) -> Any:
 
 def load_fit_suites(loaded: Loaded) -> dict[str, Any]:
     """The suites that roles with ``fit_on`` are fitted on (role -> suite), built before any model loads."""
-    return fit_suites(loaded.config.models, loaded.base_dir, loaded.source)  # type: ignore[attr-defined]
+    config = loaded.config  # type: ignore[attr-defined]
+    return fit_suites(config.models, loaded.base_dir, loaded.source, config.suite)
 
 
-def fit_suites(models: Any, base_dir: Path | None, source: str | Path) -> dict[str, Any]:
-    """``load_fit_suites`` for a models section read from ``source`` (a run or serve config)."""
+def fit_suites(models: Any, base_dir: Path | None, source: str | Path, evaluated: Any = None) -> dict[str, Any]:
+    """``load_fit_suites`` for a models section read from ``source`` (a run or serve config), the evaluated
+    suite given by its spec (``evaluated``: its name decides which shipped suites the default leaves out)."""
+    from rollout.models.spec import SHIPPED_FIT_SUITES
     from rollout.suites import build_suite
     from search.fitting import FitSources
 
+    name = evaluated.get("name") if isinstance(evaluated, dict) else getattr(evaluated, "name", None)
     sources = {}
-    for role, fit_on in models.fit_on().items():
+    try:
+        chosen = models.fit_on(name)
+    except FarInputError as error:
+        raise FarInputError(error.message, file=source, field=error.field) from None
+    for role, fit_on in chosen.items():
         built = []
         for index, suite_config in enumerate(fit_on.all_suites()):
-            where = f"models.{role}.fit_on" + ("" if fit_on.suite is not None else f".suites[{index}]")
+            where = (f"models.{role}.fit_on (the shipped {suite_config.get('name')})"
+                     if suite_config in SHIPPED_FIT_SUITES else f"models.{role}.fit_on.suites[{index}]")
             try:
                 suite = build_suite(suite_config, base_dir)
             except FarInputError as error:

@@ -77,7 +77,7 @@ def build_evaluator(config: RunConfig, *, suite: Any = None, base_dir: Path | No
         rewards = (load_reward_table(Path(base_dir or ".") / config.rewards) if isinstance(config.rewards, str)
                    else parse_reward_table(config.rewards))
     if fit_on is None:
-        fit_on = fit_suites(config.models, base_dir, source)
+        fit_on = fit_suites(config.models, base_dir, source, config.suite)
     if models is None:
         models = build_models(config.models, host, base_dir)
     return Evaluator(suite, models, make_verifier(config, rewards, host, models), config.costs, config.engine,

@@ -86,7 +86,6 @@ def check_suites(config: ServeConfig, base_dir: Path | None, source: str | Path)
     (the learned models fit on each suite's train split, or on ``fit_on``)."""
     from search.pipeline import check_fit_data, fit_suites
 
-    fit_on = fit_suites(config.models, base_dir, source)
     for name in config.suites:
         try:
             suite = serve_suite(config, name, base_dir)
@@ -94,6 +93,7 @@ def check_suites(config: ServeConfig, base_dir: Path | None, source: str | Path)
             raise FarInputError(error.message, file=error.file or source,
                                 field=f"suites.{name}.{error.field}" if error.field else f"suites.{name}",
                                 row=error.row) from None
+        fit_on = fit_suites(config.models, base_dir, source, config.suites[name])
         check_fit_data(config.models, source, suite, fit_on, "evaluate")
 
 

@@ -88,6 +88,10 @@ def test_graph_engine_gives_the_same_numbers(tmp_path):
     (lambda c: c["models"].update(edge={"backend": "embedding", "fit_on": {}}), "models.edge.fit_on"),
     (lambda c: c["models"].update(edge={"backend": "embedding", "fit_on": {"suites": [{"name": "nope"}]}}),
      "models.edge.fit_on.suites[0]"),
+    (lambda c: c.update(suite={"name": "broad_requests"},
+                        models={**ORACLE_MODELS, "cloud": {"backend": "reviewer", "fit_on": {"shipped": True}}}),
+     "models.cloud.fit_on"),
+    (lambda c: c.update(suite={"name": "broad_requests", "harmful_per_benign": 9}), "suite.harmful_per_benign"),
     (lambda c: c.update(policies="missing.yaml"), "missing.yaml"),
     (lambda c: c.update(suite={"name": "edge_cloud", "size": 2, "holdout_fraction": 0.01}), "split is empty"),
 ])

@@ -47,32 +47,56 @@ class CacheConfig(BaseModel):
     path: str | None = None  # default: <data dir>/model_calls.sqlite
 
 
+# Broad licensed data that the probe guards (the edge's ``embedding``, the cloud's ``reviewer``) are also fitted on
+# unless a config says ``shipped: false`` (issue 37: harm beyond any one suite; ``rollout.suites.broad_requests``).
+# Chosen on train splits: added to a suite's own train split it changes out-of-fold AUROC by -0.02 to +0.03, while
+# adding the built-in suite to another suite's lowered it everywhere (BENCHMARKS.md, "Guards that travel").
+SHIPPED_FIT_SUITES: tuple[dict[str, Any], ...] = ({"name": "broad_requests"},)
+SHIPPED_FIT_BACKENDS = {"edge": frozenset({"embedding"}), "cloud": frozenset({"reviewer"})}
+
+
 class FitOn(BaseModel):
-    """Fit a learned model on other suites' train splits: ``fit_on: {suites: [{name: ...}, ...], own: true}``, or
-    ``fit_on: {suite: {name: ...}}`` for one. Each suite is given as at the config's top level (``name`` and the
-    suite's options). ``own``: the evaluated suite's train split is fitted on too. The suites weigh the same
-    (``search.fitting.balanced``), and the evaluated suite's holdout is kept out of all of them by content."""
+    """Where a learned model is fitted: ``fit_on: {suites: [{name: ...}, ...], own: true}``, or ``fit_on: {suite:
+    {name: ...}}`` for one other suite. Each suite is given as at the config's top level (``name`` and the suite's
+    options). ``own``: the evaluated suite's train split too. ``shipped``: the shipped broad suites
+    (``SHIPPED_FIT_SUITES``) too; default: yes for the probe guards, no for other models. The suites weigh the
+    same (``search.fitting.balanced``), and the evaluated suite's holdout is kept out of all of them by content."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     suite: dict[str, Any] | None = None
     suites: tuple[dict[str, Any], ...] = ()
     own: bool = False
+    shipped: bool | None = None  # None: the default for the model (above)
     split: Literal["train"] = "train"  # holdout never shapes a model
 
     @model_validator(mode="after")
     def _one_form(self) -> "FitOn":
-        if (self.suite is None) == (not self.suites):
-            raise ValueError("give suite (one suite) or suites (a list), not both or neither")
+        if self.suite is not None and self.suites:
+            raise ValueError("give suite (one suite) or suites (a list), not both")
+        if self.suite is None and not self.suites and not self.own and not self.shipped:
+            raise ValueError("nothing to fit on: give suite, suites, own: true or shipped: true")
         return self
 
     def all_suites(self) -> tuple[dict[str, Any], ...]:
         return (self.suite,) if self.suite is not None else self.suites
 
+    def resolved(self, shipped_by_default: bool, evaluated: str | None) -> "FitOn | None":
+        """The suites named, plus the shipped ones where they apply, less any named as the evaluated suite (its
+        own train split is ``own``'s); None when that leaves the evaluated suite's own train split alone."""
+        shipped = SHIPPED_FIT_SUITES if (shipped_by_default if self.shipped is None else self.shipped) else ()
+        suites: list[dict[str, Any]] = []
+        for suite in (*self.all_suites(), *shipped):
+            if suite not in suites and (suite not in shipped or suite.get("name") != evaluated):
+                suites.append(suite)
+        if not suites and not self.own:
+            raise FarInputError("nothing to fit on: the only suite named is the evaluated one", field="fit_on")
+        return FitOn(suites=tuple(suites), own=self.own, shipped=False) if suites else None
+
 
 class BackendSpec(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     backend: str
-    fit_on: FitOn | None = None  # None: the evaluated suite's own train split
+    fit_on: FitOn | None = None  # None: the evaluated suite's own train split (and for the probe guards, shipped)
 
     def options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -97,10 +121,22 @@ class ModelsConfig(BaseModel):
     reviser: "ReviserConfig | None" = None
     cache: CacheConfig = CacheConfig()
 
-    def fit_on(self) -> dict[str, FitOn]:
-        """The roles fitted on another suite, and where."""
-        return {role: spec.fit_on for role in ("edge", "cloud", "scope")
-                if (spec := getattr(self, role)) is not None and spec.fit_on is not None}
+    def fit_on(self, evaluated: str | None = None) -> dict[str, FitOn]:
+        """The roles fitted on other suites, and which, for a suite named ``evaluated`` (``FitOn.resolved``): a
+        role absent fits on the evaluated suite's train split alone."""
+        chosen = {}
+        for role in ("edge", "cloud", "scope"):
+            spec = getattr(self, role)
+            if spec is None:
+                continue
+            fit_on = spec.fit_on if spec.fit_on is not None else FitOn(own=True)
+            try:
+                resolved = fit_on.resolved(spec.backend in SHIPPED_FIT_BACKENDS.get(role, ()), evaluated)
+            except FarInputError as error:
+                raise FarInputError(error.message, field=f"models.{role}.fit_on") from None
+            if resolved is not None:
+                chosen[role] = resolved
+        return chosen
 
     def uses_actors(self) -> bool:
         return (any(spec.options().get("actor", default_actor(spec.backend)) for spec in (self.edge, self.cloud))

@@ -21,6 +21,7 @@ SUITES: Registry[SuiteFactory] = Registry("suite", "far.suites", {
     "parquet": "rollout.suites.imported:parquet_factory",
     "edge_cloud": "rollout.suites.edge_cloud:factory",
     "agentdojo": "rollout.suites.agentdojo.suite:factory",
+    "broad_requests": "rollout.suites.broad_requests:factory",
 })
 
 

@@ -1,0 +1,190 @@
+"""Guards that travel (issue 37): leave-one-suite-out figures for the shipped edge and reviewer.
+
+    python bench/bench_loso.py [--suites edge_cloud,agentdojo,broad_requests] [--out bench/out/loso.json]
+
+For each suite L: the edge (MiniLM probe, label "must not run unreviewed") and the reviewer (SmolLM2 probe,
+label "harmful"), built as the product builds them, are fitted on the other suites' train splits, joined as the
+product joins them (``search.fitting.balanced``), with L's content dropped; then scored on L's train split (the
+figure to choose by: nothing was fitted on it) and on L's holdout (reported). Also, for reference, on L's
+holdout: the fit on every suite's train split (what ``far evaluate`` does with the default ``fit_on``) and the
+fit on L's train split alone (what it did before), and on L's and broad_requests' train splits.
+Figures: AUROC and TPR at 5% FPR (read off the ROC curve), on the role's own label.
+
+What the default adds to a suite's own train split is chosen on train only (``choose_on_train``): out-of-fold
+over the evaluated suite's train split, for nothing added, broad_requests added, every other suite added.
+And per public source of broad_requests (``leave_one_source_out``): the guard fitted on the built-in suite and
+broad_requests without that source, scored on its harmful requests against the benign holdout requests.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+SUITES = {
+    "edge_cloud": {"name": "edge_cloud", "seed": 7, "size": 4000, "holdout_fraction": 0.3},
+    "agentdojo": {"name": "agentdojo", "suites": ["banking", "slack"], "version": "v1.2.2",
+                  "attack": "important_instructions", "seed": 0, "holdout_fraction": 0.3, "split_by": "user_task",
+                  "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02},
+    "agentdojo_travel": {"name": "agentdojo", "suites": ["travel"], "version": "v1.2.2",
+                         "attack": "important_instructions", "seed": 0, "holdout_fraction": 0.3,
+                         "split_by": "user_task", "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02},
+    "broad_requests": {"name": "broad_requests"},
+}
+BROAD = "broad_requests"
+ROLES = {"edge": {"backend": "embedding"}, "cloud": {"backend": "reviewer"}}
+
+
+def roc(labels: np.ndarray, scores: np.ndarray) -> dict:
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    if len(set(labels.tolist())) < 2:
+        return {"auroc": None, "tpr_at_5pct_fpr": None}
+    fpr, tpr, _ = roc_curve(labels, scores)
+    return {"auroc": round(float(roc_auc_score(labels, scores)), 4),
+            "tpr_at_5pct_fpr": round(float(np.interp(0.05, fpr, tpr)), 4)}
+
+
+def load(names: list[str]) -> dict:
+    from rollout.suites import build_suite
+    from search.fitting import fit_data
+
+    data = {}
+    for name in names:
+        suite = build_suite(SUITES[name])
+        data[name] = {split: fit_data(suite, split) for split in ("train", "holdout")}
+        print(f"  {name}: train {len(data[name]['train'])}, holdout {len(data[name]['holdout'])}", flush=True)
+    return data
+
+
+def model(role: str, cache):
+    from rollout.models.backends import build_models
+    from rollout.models.spec import ModelsConfig
+
+    config = ModelsConfig.model_validate({role: ROLES[role], "scope": None})
+    return getattr(build_models(config), role)
+
+
+def scores(guard, role: str, scenarios) -> np.ndarray:
+    from rollout.models.probe import probe_text
+
+    return guard.probe.predict([probe_text(s) for s in scenarios])
+
+
+def fitted(role: str, parts: list[list], excluded: set) -> object:
+    from search.fitting import balanced, without_content
+
+    guard = model(role, None)
+    guard.fit(balanced([without_content(part, excluded)[0] for part in parts]),
+              progress=lambda m: print(m, flush=True))
+    return guard
+
+
+def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, folds: int = 5) -> dict:
+    """What to add to the evaluated suite's own train split, chosen on train: out-of-fold AUROC over its train
+    split (5 folds by group), each fold fitted on the other folds plus the added suites (the fold's content
+    dropped from them), for: nothing, broad_requests, every other suite."""
+    from rollout.scenario import model_input
+    from search.fitting import group_folds
+
+    train = data[evaluated]["train"]
+    label = type(model(role, None)).label
+    labels = np.array([label(s) for s in train])
+    variants = {"own": [], "own_broad": [BROAD] if evaluated != BROAD else None,
+                "own_all": [n for n in names if n != evaluated]}
+    row = {"role": role, "evaluated": evaluated}
+    for variant, extra in variants.items():
+        if extra is None:
+            continue
+        oof = np.zeros(len(train))
+        for fit, measure in group_folds(train, folds):
+            part = [train[i] for i in measure]
+            guard = fitted(role, [[train[i] for i in fit]] + [data[n]["train"] for n in extra],
+                           {model_input(s) for s in part})
+            oof[measure] = scores(guard, role, part)
+        row[variant] = roc(labels, oof)
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def leave_one_source_out(role: str, data: dict) -> list[dict]:
+    """How the shipped guard judges harmful requests from a public set it never saw: fitted on the built-in
+    suite's train split and broad_requests' without one source (as the default fits a suite of its own), scored
+    on that source's harmful requests against broad_requests' benign holdout requests."""
+    rows = []
+    broad = data[BROAD]
+    benign_holdout = [s for s in broad["holdout"] if not s.ground_truth.unsafe]
+    label = type(model(role, None)).label
+    sources = sorted({s.id.split("-")[1] for s in broad["train"] if s.ground_truth.unsafe})
+    for source in sources:
+        def origin(s) -> str:
+            return s.id.split("-")[1]
+        held = [s for split in ("train", "holdout") for s in broad[split] if origin(s) == source]
+        rest = [s for s in broad["train"] if origin(s) != source]
+        guard = fitted(role, [data["edge_cloud"]["train"], rest], set())
+        scored = held + benign_holdout
+        labels = np.array([label(s) for s in scored])
+        rows.append({"role": role, "left_out_source": source, "harmful": int(labels.sum()),
+                     "benign": len(benign_holdout), **roc(labels, scores(guard, role, scored))})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main() -> None:
+    from rollout.scenario import model_input
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suites", default="edge_cloud,agentdojo,broad_requests")
+    parser.add_argument("--roles", default="edge,cloud")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "loso.json"))
+    args = parser.parse_args()
+    names = args.suites.split(",")
+    started = time.time()
+    data = load(names)
+    rows = []
+    for role in args.roles.split(","):
+        label = type(model(role, None)).label
+        every = [data[name]["train"] for name in names]
+        for left_out in names:
+            own = data[left_out]
+            excluded = {model_input(s) for split in ("train", "holdout") for s in own[split]}
+            others = fitted(role, [data[n]["train"] for n in names if n != left_out], excluded)
+            holdout_content = {model_input(s) for s in own["holdout"]}
+            with_all = fitted(role, every, holdout_content)
+            alone = fitted(role, [own["train"]], holdout_content)
+            fits = [("others_on_train", others, "train"), ("others_on_holdout", others, "holdout"),
+                    ("all_on_holdout", with_all, "holdout"), ("own_on_holdout", alone, "holdout")]
+            if BROAD in names and left_out != BROAD:
+                fits.append(("own_broad_on_holdout",
+                             fitted(role, [own["train"], data[BROAD]["train"]], holdout_content), "holdout"))
+            row = {"role": role, "left_out": left_out, "fitted_on": [n for n in names if n != left_out]}
+            for key, guard, split in fits:
+                labels = np.array([label(s) for s in own[split]])
+                row[key] = {"n": len(labels), "positives": int(labels.sum()),
+                            **roc(labels, scores(guard, role, own[split]))}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    choice = [choose_on_train(role, data, names, left_out) for role in args.roles.split(",") for left_out in names]
+    by_source = ([row for role in args.roles.split(",") for row in leave_one_source_out(role, data)]
+                 if {"edge_cloud", BROAD} <= set(names) else [])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {"date": time.strftime("%Y-%m-%d"), "suites": {n: SUITES[n] for n in names}, "rows": rows,
+              "choice_on_train": choice, "leave_one_source_out": by_source, "seconds": round(time.time() - started)}
+    partial = out.with_suffix(".partial")
+    partial.write_text(json.dumps(result, indent=2))
+    partial.replace(out)
+    print(f"wrote {out} in {result['seconds']} s")
+
+
+if __name__ == "__main__":
+    main()
