@@ -1,9 +1,11 @@
 """AgentDojo per attack, with real models (issue 15). Ratios within one run; times are noisy on 2 cores.
 
     python bench/bench_attacks.py [--suites banking,slack] [--attacks a,b,...] [--splits injection_task,user_task]
+                                  [--own-only]
 
 For each split rule: the AgentDojo suites under several attacks at once, guarded by FAR's real models
-(embedding edge, reviewer cloud, approving user; fitted on train episodes' calls, train judged out-of-fold).
+(embedding edge, reviewer cloud, approving user; fitted on train episodes' calls and the shipped broad suite, or
+with ``--own-only`` on the train calls alone; train judged out-of-fold).
 The guard policy is chosen on train over a grid (the same grid as ``bench_real.py sim2real``) within the
 shipped gate's cost limit, then evaluated on holdout; per (suite, attack): ASR, utility under attack and
 benign utility, with AgentDojo's definitions (ASR = injected episodes whose injection task's security check
@@ -45,7 +47,7 @@ def exact_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[fl
     return low, high
 
 
-def run_split(split_by: str, suites: list[str], attacks: list[str], version: str) -> dict:
+def run_split(split_by: str, suites: list[str], attacks: list[str], version: str, models: dict = REAL) -> dict:
     from rollout.models.backends import ModelsConfig
     from rollout.policy import Policy
     from rollout.suites import build_suite
@@ -58,7 +60,7 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
             "holdout_fraction": 0.3, "split_by": split_by, "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02}
     suite = build_suite(spec)
     started = time.perf_counter()
-    evaluator = build_evaluator(RunConfig(models=ModelsConfig.model_validate(REAL)), suite=suite,
+    evaluator = build_evaluator(RunConfig(models=ModelsConfig.model_validate(models), suite=spec), suite=suite,
                                 progress=lambda m: print(m, flush=True))
     grid = [p.model_copy(update={"provenance_rule": a, "scope_rule": b})
             for p in policy_grid(agentdojo=True) for a in RULES for b in RULES]
@@ -99,12 +101,17 @@ def main() -> None:
     parser.add_argument("--splits", default="injection_task,user_task")
     parser.add_argument("--version", default="v1.2.2")
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "attacks.json"))
+    parser.add_argument("--own-only", action="store_true",
+                        help="fit the guards on the suite's train calls alone (fit_on: {own: true, shipped: false})")
     args = parser.parse_args()
     out = Path(args.output)
     results = json.loads(out.read_text()) if out.exists() else {}
+    own = {"own": True, "shipped": False}
+    models = ({**REAL, "edge": {**REAL["edge"], "fit_on": own}, "cloud": {**REAL["cloud"], "fit_on": own}}
+              if args.own_only else REAL)
     for split_by in args.splits.split(","):
-        results[f"{args.version}/{split_by}"] = run_split(split_by, args.suites.split(","), args.attacks.split(","),
-                                                          args.version)
+        key = f"{args.version}/{split_by}" + ("/own_only" if args.own_only else "")
+        results[key] = run_split(split_by, args.suites.split(","), args.attacks.split(","), args.version, models)
         write_json_atomic(out, results)  # after each split: a long run keeps what it measured
     print(f"wrote {out}")
 
