@@ -42,7 +42,7 @@ def run_search(config: Path, budget: int, out: Path) -> dict:
     patched.parent.mkdir(parents=True, exist_ok=True)
     patched.write_text(yaml.safe_dump(raw))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "search", "search", str(patched)], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "far", "search", str(patched)], check=True, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
     summary = json.loads((out / "summary.json").read_text())
     summary["bench_wall_s"] = time.perf_counter() - started

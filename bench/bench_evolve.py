@@ -31,21 +31,28 @@ ROUND_FACTS = ("failures", "buffer", "rehearsed", "explored", "distinct_rate", "
                "decided_by_none")
 
 
-def run_seed(seed: int, rounds: int, out: Path, overrides: Sequence[str] = ()) -> dict:
-    import pyarrow.parquet as pq
+def write_config(path: Path, seed: int, overrides: Sequence[str], **updates) -> Path:
+    """configs/evolve.yaml with the run's ``--set`` overrides, its seed and ``updates``, written to ``path`` (the
+    config a run read, kept beside its outputs): FATE's runs and the baselines read the same settings."""
     import yaml
 
     from bench.overrides import apply_overrides
 
     config = apply_overrides(yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text()), list(overrides))
-    config.update({"seed": seed, "rounds": rounds, "min_improvement": 0.0, "output": str(out),
-                   "rewards": str(ROOT / "configs" / "rewards.yaml")})
-    path = out.parent / f"{out.name}.yaml"  # the config the run read, beside its outputs
+    config.update({"seed": seed, "rewards": str(ROOT / "configs" / "rewards.yaml"), **updates})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_seed(seed: int, rounds: int, out: Path, overrides: Sequence[str] = ()) -> dict:
+    import pyarrow.parquet as pq
+
+    path = write_config(out.parent / f"{out.name}.yaml", seed, overrides, rounds=rounds, min_improvement=0.0,
+                        output=str(out))
     started = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    subprocess.run([sys.executable, "-m", "serve", "evolve", str(path)], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "far", "evolve", str(path)], check=True, cwd=ROOT,
                    env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
     peak_mib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     rows = pq.read_table(out / "rounds.parquet").to_pylist()
@@ -69,7 +76,7 @@ class FixedSuite:
         return {"name": self.name, **{k: len(v) for k, v in self._by_split.items()}}
 
 
-def baselines(seed: int, budget: int) -> dict:
+def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = "") -> dict:
     """No weight update: the base SmolLM2 as a calibrated risk edge (``backend: smollm2``), and ``budget``
     policy evaluations on the dev scenarios by FAR's evolutionary search and by Optuna's NSGA-II; each
     winner (``search.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
@@ -86,8 +93,8 @@ def baselines(seed: int, budget: int) -> dict:
     from search.rank import rank
     from search.space import load_space
 
-    config, base = load_evolve_config(ROOT / "configs" / "evolve.yaml")
-    config = config.model_copy(update={"seed": seed})
+    config, base = load_evolve_config(write_config(ROOT / "bench" / "out" / f"evolve{tag}-baselines-seed{seed}.yaml",
+                                                   seed, overrides))
     suite = build_suite(config.suite, base)
     devs, _, test = slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
     dev = [scenario for slice_ in devs for scenario in slice_]
@@ -148,16 +155,17 @@ def main() -> None:
     parser.add_argument("--skip-fate", action="store_true", help="only the baselines")
     parser.add_argument("--skip-baselines", action="store_true", help="only FATE")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
-                        help="override a key of configs/evolve.yaml for the FATE runs (dotted for nested)")
+                        help="override a key of configs/evolve.yaml for the FATE runs and the baselines (dotted for nested)")
     parser.add_argument("--tag", default="", help="names the runs' outputs (evolve-TAG-seedS/, evolve-TAG-seeds….json)"
                         " so runs of other settings do not overwrite each other")
     args = parser.parse_args()
     out_dir = ROOT / "bench" / "out"
-    base = {} if args.skip_baselines else {seed: baselines(seed, args.baseline_budget) for seed in args.seeds}
+    tag = f"-{args.tag}" if args.tag else ""
+    base = ({} if args.skip_baselines
+            else {seed: baselines(seed, args.baseline_budget, args.set, tag) for seed in args.seeds})
     if args.skip_fate:
         print(json.dumps(base, indent=2))
         return
-    tag = f"-{args.tag}" if args.tag else ""
     runs = [run_seed(seed, args.rounds, out_dir / f"evolve{tag}-seed{seed}", args.set) for seed in args.seeds]
     summary = {}
     for index in range(args.rounds + 1):

@@ -93,7 +93,7 @@ def main() -> None:
     path = workdir / f"evolve-{tag}.yaml"
     path.write_text(yaml.safe_dump(config))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "serve", "evolve", str(path)], check=True, cwd=ROOT,
+    subprocess.run([sys.executable, "-m", "far", "evolve", str(path)], check=True, cwd=ROOT,
                    env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
     rows = pq.read_table(run / "rounds.parquet").to_pylist()
     result["rounds"] = rows

@@ -95,7 +95,7 @@ def end_to_end(config: Path) -> dict:
             data["rewards"] = str(config.parent / data["rewards"])
             overrides.write_text(yaml.safe_dump(data))
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "search", "evaluate", str(overrides), "--output",
+            subprocess.run([sys.executable, "-m", "far", "evaluate", str(overrides), "--output",
                             str(Path(tmp) / name)], check=True, env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)
             wall = time.perf_counter() - started
