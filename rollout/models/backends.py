@@ -60,6 +60,7 @@ CLOUD_BACKENDS: Registry[Factory] = Registry("backend", "far.cloud_backends", {
     "oracle": "rollout.models.oracle:build_cloud",
     "simulated": "rollout.models.oracle:build_cloud",  # the oracle's old name
     "reviewer": "rollout.models.reviewer:build_cloud",
+    "finetuned": "rollout.models.finetuned:build_cloud",
     "calibrated": "rollout.models.calibrated:build_cloud",
     **{name: f"rollout.models.lm_backends:build_{name}_cloud" for name in CLOUD_LM_DEFAULTS},
 })

@@ -47,12 +47,13 @@ class CacheConfig(BaseModel):
     path: str | None = None  # default: <data dir>/model_calls.sqlite
 
 
-# Broad licensed data that the probe guards (the edge's ``embedding``, the cloud's ``reviewer``) are also fitted on
-# unless a config says ``shipped: false`` (issue 37: harm beyond any one suite; ``rollout.suites.broad_requests``).
+# Broad licensed data that the text guards (the edge's ``embedding``, the cloud's ``reviewer`` and ``finetuned``)
+# also fit on unless a config says ``shipped: false`` (issue 37: harm beyond any one suite; see
+# ``rollout.suites.broad_requests``).
 # Chosen on train splits: added to a suite's own train split it changes out-of-fold AUROC by -0.02 to +0.03, while
 # adding the built-in suite to another suite's lowered it everywhere (BENCHMARKS.md, "Guards that travel").
 SHIPPED_FIT_SUITES: tuple[dict[str, Any], ...] = ({"name": "broad_requests"},)
-SHIPPED_FIT_BACKENDS = {"edge": frozenset({"embedding"}), "cloud": frozenset({"reviewer"})}
+SHIPPED_FIT_BACKENDS = {"edge": frozenset({"embedding"}), "cloud": frozenset({"reviewer", "finetuned"})}
 
 
 class FitOn(BaseModel):
