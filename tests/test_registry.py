@@ -58,7 +58,7 @@ def test_entry_points_add_names(monkeypatch):
 def test_builtin_tables_name_what_the_configs_use():
     assert set(SUITES.names()) == {"parquet", "edge_cloud", "agentdojo", "broad_requests"}
     assert set(EDGE_BACKENDS) == {"oracle", "simulated", "smollm2", "lm", "embedding", "calibrated"}
-    assert set(CLOUD_BACKENDS) == {"oracle", "simulated", "vllm", "openai", "lm", "reviewer", "calibrated"}
+    assert set(CLOUD_BACKENDS) == {"oracle", "simulated", "vllm", "openai", "lm", "reviewer", "finetuned", "calibrated"}
     assert set(USER_BACKENDS) == {"oracle", "simulated", "approves"}
     assert EDGE_BACKENDS["simulated"] is EDGE_BACKENDS["oracle"]  # the old name of the same thing
     assert MEMBERS.names() == ("rules", "environment", "llm_judge", "cloud_probe")
