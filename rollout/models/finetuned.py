@@ -95,14 +95,16 @@ class FinetunedReviewCloud:
         self.fit_key, self._loaded = key, None  # rebound, not mutated: a copy fitted anew leaves this one as it was
 
     def _train(self, texts: list[str], labels: list[int], folder: Path, progress: Callable[[str], None] | None) -> None:
-        import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+        from rollout.models.encoders import load_torch
+
         config = self.config
-        torch.set_num_threads(1)  # one thread: the same data and seed give the same checkpoint
+        torch = load_torch(1)  # one thread: the same data and seed give the same checkpoint
         torch.manual_seed(config.seed)
-        tokenizer = AutoTokenizer.from_pretrained(str(_base_path()))
-        model = AutoModelForSequenceClassification.from_pretrained(str(_base_path()), num_labels=2)
+        base = str(_base_path())
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        model = AutoModelForSequenceClassification.from_pretrained(base, num_labels=2)
         target = torch.tensor(labels)
         counts = torch.bincount(target, minlength=2).float()
         loss_fn = torch.nn.CrossEntropyLoss(weight=counts.sum() / (2 * counts))  # class-balanced
@@ -135,9 +137,9 @@ class FinetunedReviewCloud:
             raise FarInputError("the fine-tuned reviewer must be fitted on a train split before it scores",
                                 field="models.cloud")
         from rollout.io import data_dir
-        from rollout.models.encoders import _torch
+        from rollout.models.encoders import load_torch
 
-        torch = _torch(None)
+        torch = load_torch(None)
         if self._loaded is None:
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
