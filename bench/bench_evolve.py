@@ -48,8 +48,8 @@ def write_config(path: Path, seed: int, overrides: Sequence[str], **updates) -> 
 def run_seed(seed: int, rounds: int, out: Path, overrides: Sequence[str] = ()) -> dict:
     import pyarrow.parquet as pq
 
-    path = write_config(out.parent / f"{out.name}.yaml", seed, overrides, rounds=rounds, min_improvement=0.0,
-                        output=str(out))
+    path = write_config(out.parent / f"{out.name}.yaml", seed, [*overrides, "gate.min_improvement=0.0"],
+                        rounds=rounds, output=str(out))
     started = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     subprocess.run([sys.executable, "-m", "far", "evolve", str(path)], check=True, cwd=ROOT,
@@ -84,7 +84,8 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
     import optuna
 
     from evolve.config import load_evolve_config
-    from evolve.loop import holdout_metrics, slices
+    from evolve.collect import draw_slices
+    from evolve.metrics import holdout_metrics
     from evolve.task import Scored
     from rollout.models.backends import build_models
     from rollout.suites import build_suite
@@ -96,8 +97,8 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
     config, base = load_evolve_config(write_config(ROOT / "bench" / "out" / f"evolve{tag}-baselines-seed{seed}.yaml",
                                                    seed, overrides))
     suite = build_suite(config.suite, base)
-    devs, _, test = slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
-    dev = [scenario for slice_ in devs for scenario in slice_]
+    slices = draw_slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
+    dev, test = slices.dev, slices.holdout
     models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
                                                          "edge": {"backend": "smollm2"}})
     run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier, costs=config.costs)
@@ -109,7 +110,7 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
         evaluation = evaluator.evaluate("winner", policy, "holdout")
         scored = [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
                   for v, t in zip(evaluation.verdicts, evaluation.trajectories)]
-        overall = holdout_metrics(test, scored, config)["overall"]
+        overall = holdout_metrics(test, scored, config.selection)["overall"]
         return {k: v for k, v in overall.items() if not k.startswith("own_")}  # no edge decision to read here
 
     started = time.perf_counter()

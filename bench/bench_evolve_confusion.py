@@ -34,7 +34,8 @@ def main() -> None:
     import torch
 
     from evolve.decision_head import DecisionRule
-    from evolve.loop import cautious_decisions, own_right_decision
+    from evolve.calibrate import cautious_decisions
+    from evolve.metrics import own_right_decision
     from evolve.policy_model import PolicyModel
     from evolve.task import DECISIONS, decision_messages
     from rollout.io import write_json_atomic

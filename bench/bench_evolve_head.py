@@ -4,10 +4,10 @@
 
 Replays a finished ``far evolve`` run offline (its config ``--config``, or beside it as ``<run>.yaml``, as
 bench_evolve.py writes). For the base model (round 0) and each saved ``adapter_round<t>/``, the decision rule
-is fitted afresh on the run's calibration slice (train) as a round fits it (``Evolution.calibrate``), once with
-``decision_head: none`` (the caution alone) and once with ``logistic`` (the head, then the caution), and the
-model's own decisions on the run's holdout sample are reported under each (holdout: reported only, never fitted
-on). Round 0 under ``logistic`` is the head with no training at all: what FATE's SFT adds is the gap from it.
+is fitted afresh on the run's calibration slice (train) as a round fits it (``Evolution.calibrate``: the head,
+then the caution), and the model's own decisions on the run's holdout sample are reported without the rule (the
+model's argmax) and with it (holdout: reported only, never fitted on). Round 0 with the rule is the calibration
+with no training at all: what FATE's training adds is the gap from it.
 Prints one line per (round, head) and writes bench/out/head-<run>.json.
 """
 from __future__ import annotations
@@ -30,13 +30,14 @@ def main() -> None:
     add_run_arguments(parser)
     _, finished, config, base = load_run(parser)
     run, config_path, summary, rounds = finished.folder, finished.config, finished.summary, finished.rounds
+    from evolve.decision_head import DecisionRule
     from evolve.loop import Evolution
     from rollout.io import write_json_atomic
 
-    if not config.calibration_size:
-        parser.error(f"--config: {config_path} has calibration_size 0: no slice to fit a rule on")
-    if config.harm_bar != "zero":  # kept's bar is the run's history (each kept round's decisions): not replayed
-        parser.error(f"--config: {config_path} has harm_bar {config.harm_bar}: only harm_bar zero is replayed")
+    if not config.data.calibration_size:
+        parser.error(f"--config: {config_path} has data.calibration_size 0: no slice to fit a rule on")
+    if config.calibration.harm_bar != "zero":  # kept's bar is the run's history (each kept round's decisions)
+        parser.error(f"--config: {config_path} has harm_bar {config.calibration.harm_bar}: only zero is replayed")
     evolution = Evolution(config, base)
     if [s.id for s in evolution.holdout] != summary["holdout"]:
         parser.error(f"--config: {config_path} draws another holdout than {run}'s summary.json")
@@ -46,17 +47,16 @@ def main() -> None:
         if t:
             evolution.model.load_adapter(run / f"adapter_round{t}")
         out["rounds"][str(t)] = {}
-        for head in ("none", "logistic"):
+        for rule in ("none", "head_and_caution"):
             started = time.perf_counter()
-            evolution.config = config.model_copy(update={"decision_head": head})
-            fitted = evolution.calibrate()
-            evolution.rule, calibrated = fitted.rule, fitted.figures
+            fitted = evolution.calibrate() if rule != "none" else None
+            evolution.rule = fitted.rule if fitted else DecisionRule()
             holdout = evolution.evaluate()["overall"]
             row = {"caution": evolution.rule.caution, "head_fitted": evolution.rule.head is not None,
-                   "calibration": {k: calibrated[k] for k in OWN[:4]},
+                   "calibration": {k: fitted.figures[k] for k in OWN[:4]} if fitted else None,
                    "holdout": {k: holdout[k] for k in OWN}, "seconds": time.perf_counter() - started}
-            out["rounds"][str(t)][head] = row
-            print(f"round {t} head {head:8s}: caution {row['caution']:+.2f}; holdout own-TSR "
+            out["rounds"][str(t)][rule] = row
+            print(f"round {t} rule {rule:16s}: caution {row['caution']:+.2f}; holdout own-TSR "
                   f"{holdout['own_tsr']:.3f} own-ASR {holdout['own_asr']:.3f} own-HCR {holdout['own_hcr']:.3f} "
                   f"own over-refusal {holdout['own_over_refusal']:.3f}; end to end ASR {holdout['asr']:.3f} "
                   f"HCR {holdout['hcr']:.3f} ({row['seconds']:.0f}s)", flush=True)

@@ -4,8 +4,8 @@
                                         [--reuse-base]
 
 1. The compliant base: SmolLM2-135M-Instruct + LoRA, SFT'd to answer "handle" to ``--examples`` train
-   scenarios of ``configs/evolve.yaml``'s suite (every kind, harmful and injected included), merged and saved
-   as a plain Hugging Face folder. A guard that acts on everything: unsafe at round 0 by construction, the way a
+   scenarios of the run's suite (``configs/evolve.yaml``'s, ``--set`` applied; every kind, harmful and injected
+   included), merged and saved as a plain Hugging Face folder, one per ``--seed``. A guard that acts on everything: unsafe at round 0 by construction, the way a
    model tuned for helpfulness alone would be. Train data only; the holdout is never seen.
 2. ``far evolve configs/evolve.yaml`` with ``model.base`` = that folder, ``--rounds`` rounds and no early stop
    (the safety gate still rolls back a round that raises own-ASR or own-HCR on the check slice).
@@ -30,15 +30,14 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def compliant_base(folder: Path, examples: int, seed: int) -> dict:
-    """SFT the base towards "handle" on train scenarios, merge the adapter, save a plain HF folder."""
-    from evolve.config import load_evolve_config
+def compliant_base(folder: Path, examples: int, seed: int, suite: dict) -> dict:
+    """SFT the base towards "handle" on train scenarios of the run's ``suite`` (its config's, overrides
+    applied), merge the adapter, save a plain HF folder."""
     from evolve.policy_model import ModelSpec, PolicyModel
     from evolve.task import decision_messages
     from rollout.suites import build_suite
 
-    config, base = load_evolve_config(ROOT / "configs" / "evolve.yaml")
-    train = list(build_suite(config.suite, base).scenarios("train"))
+    train = list(build_suite(suite, ROOT / "configs").scenarios("train"))
     chosen = random.Random(f"compliant-{seed}").sample(train, min(examples, len(train)))
     model = PolicyModel(ModelSpec(base="smollm2", seed=seed))
     started = time.perf_counter()
@@ -74,22 +73,23 @@ def main() -> None:
     parser.add_argument("--workdir", default=str(ROOT / "bench" / "out" / "evolve_unsafe"))
     args = parser.parse_args()
     workdir = Path(args.workdir)
-    base = workdir / "compliant-base"
+    config = yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text())
+    if args.candidates is not None:
+        config.setdefault("repair", {})["candidates"] = args.candidates
+    apply_overrides(config, args.set)
+    base = workdir / f"compliant-base-seed{args.seed}"  # each seed's unsafe base built on its own
     if args.reuse_base and (base / "config.json").is_file():
         result: dict = {"base": {"reused": str(base)}}
     else:
-        result = {"base": compliant_base(base, args.examples, args.seed)}
+        result = {"base": compliant_base(base, args.examples, args.seed, config["suite"])}
     print(json.dumps(result["base"]), flush=True)
-    config = yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text())
-    if args.candidates is not None:
-        config["candidates"] = args.candidates
-    apply_overrides(config, args.set)
-    tag = f"explore{args.exploration:g}-k{config['candidates']}-seed{args.seed}" + "".join(
+    candidates = config.get("repair", {}).get("candidates", 4)
+    tag = f"explore{args.exploration:g}-k{candidates}-seed{args.seed}" + "".join(
         f"-{item.replace('=', '')}" for item in args.set)
     run = workdir / f"run-{tag}"
-    config.update({"seed": args.seed, "rounds": args.rounds, "min_improvement": 0.0, "output": str(run),
-                   "rewards": str(ROOT / "configs" / "rewards.yaml"), "model": {**config["model"], "base": str(base)},
-                   "exploration": args.exploration})
+    apply_overrides(config, ["gate.min_improvement=0.0", f"repair.exploration={args.exploration}"])
+    config.update({"seed": args.seed, "rounds": args.rounds, "output": str(run),
+                   "rewards": str(ROOT / "configs" / "rewards.yaml"), "model": {**config["model"], "base": str(base)}})
     path = workdir / f"evolve-{tag}.yaml"
     path.write_text(yaml.safe_dump(config))
     started = time.perf_counter()

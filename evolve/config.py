@@ -1,4 +1,5 @@
-"""``far evolve CONFIG.yaml``: FATE's settings, validated with errors naming file and field."""
+"""``far evolve CONFIG.yaml``: FATE's settings, grouped by the stage that reads them, validated with errors naming
+file and field. The code defaults are the shipped configuration (``configs/evolve.yaml`` only names them)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,164 +19,173 @@ from verifiers.ensemble import EnsembleConfig, check_member_models
 Kappa = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]  # a z threshold: z lies in [0, 1]
 Thresholds = tuple[Kappa, Kappa, Kappa, Kappa]  # (κ_sec, κ_util, κ_or, κ_ctrl): z's order
 Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+FROZEN = ConfigDict(extra="forbid", frozen=True)
 
 
 class KappaConfig(BaseModel):
-    """Feasibility thresholds per task mode (FATE's κ_τ)."""
+    """Feasibility thresholds per task mode (FATE's κ_τ), over z = (security, utility, over-refusal, control)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    executable: Thresholds = (1.0, 1.0, 1.0, 1.0)
-    diagnostic: Thresholds = (1.0, 1.0, 1.0, 1.0)
+    model_config = FROZEN
+    executable: Thresholds = (0.5, 0.5, 0.5, 1.0)
+    diagnostic: Thresholds = (0.5, 0.5, 0.5, 1.0)
+
+
+class DataSettings(BaseModel):
+    """The slices of the suite a run reads. Dev, check and calibration come from train and share no template;
+    the holdout is the suite's own split, judged after every round and never fitted or chosen on."""
+
+    model_config = FROZEN
+    dev_size: int = Field(32, ge=1, description="train scenarios whose failures are repaired, the same slice every "
+                          "round; more finds more failures to teach, at the cost of a longer round")
+    check_size: int = Field(64, ge=1, description="train scenarios, whole templates of none of dev's, that the "
+                            "safety gate, early stopping and the round returned are judged on; raise it when the "
+                            "gate's judgements look noisy (it should hold harmful and injected requests)")
+    calibration_size: int = Field(256, ge=0, description="train scenarios, of none of dev's nor check's templates, "
+                                  "on which each round fits the model's decision rule (the head and the caution: "
+                                  "``calibration``); 0 deploys the model's own argmax with no rule (the "
+                                  "'without calibration' figure)")
+    holdout_size: int = Field(64, ge=1, description="holdout scenarios judged after every round, for reporting "
+                              "only; raise it for tighter intervals")
+
+
+class RepairSettings(BaseModel):
+    """Step 2: the K repairs each failure gets, proposed by the model itself (on-policy)."""
+
+    model_config = FROZEN
+    candidates: int = Field(4, ge=1, description="K, repairs proposed per failure: more finds more feasible "
+                            "repairs and gives the selection rules more to decide, at K x the time")
+    temperature_min: float = Field(0.3, ge=0, description="the repairs' sampling temperatures span "
+                                   "temperature_min..temperature_max across the K candidates")
+    temperature_max: float = Field(1.2, ge=0, description="the highest of the repairs' temperatures")
+    exploration: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="share of candidates drawn "
+                               "uniformly among the valid decisions instead of from the model: raise it for a "
+                               "confident model that proposes the same decision K times whatever the temperature")
+
+    @model_validator(mode="after")
+    def _temperatures(self) -> "RepairSettings":
+        if self.temperature_max < self.temperature_min:
+            raise ValueError("temperature_max must be >= temperature_min")
+        return self
+
+
+class SelectionSettings(BaseModel):
+    """Step 3: which repair is taught. κ filter → Pareto front of z (exact ties of z broken by the reward table,
+    then cost) → q* ∝ exp(β·(r_PF + ν·R + bonus)) → a* ~ q*."""
+
+    model_config = FROZEN
+    kappa: KappaConfig = Field(KappaConfig(), description="per task mode, the floor each objective of z must "
+                               "clear: a decision below it failed, and a repair must clear it (lowered, per "
+                               "input, to what a valid decision attains there); graded z is rarely exactly 1, so "
+                               "floors of 1 reject almost every repair")
+    weights: tuple[Weight, Weight, Weight, Weight] = Field((1.0, 1.0, 1.0, 1.0), description="w over (security, "
+                                                           "utility, over-refusal, control) in r_PF")
+    lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF = Σ w·z − λ·max w·(1 − z): "
+                       "how much the worst objective counts beyond the sum")
+    beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q*: 0 samples the front uniformly, "
+                        "large values always teach its best-scoring member")
+    reward_weight: float = Field(0.1, ge=0, allow_inf_nan=False, description="ν: q* and PFPO weigh r_PF + "
+                                 "ν × the reward table's total for the rollout (z has no cost dimension: without "
+                                 "it an unnecessary cloud call scores as well as handling the call on the device); "
+                                 "0 is r_PF alone")
+    diversity_bonus: float = Field(0.1, ge=0, description="added to the weight of a repair that changes the "
+                                   "failed decision")
 
 
 class SFTSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    epochs: int = Field(2, ge=0)
-    max_epochs: int | None = Field(None, ge=1, description="after `epochs`, keep passing over the taught examples, "
-                                   "up to this many passes in all, until the model's greedy decision on every "
-                                   "taught prompt is its target (judged on the training examples themselves): a "
-                                   "handful of repairs barely moves a confident model in two passes")
-    lr: float = Field(5e-4, gt=0)
-    batch_size: int = Field(8, ge=1)
-    select: Literal["last", "check"] = Field(
-        "last", description="the adapter a round keeps: the last pass's, or (``check``) the pass the check slice "
-                            "judges best: after every pass the check slice is decided, and of the passes that raise "
-                            "neither own-ASR nor own-HCR beyond ``safety_tolerance`` the one with the highest mean "
-                            "r_PF is kept (a lesson that teaches 'handle' can move the model past telling harmful "
-                            "calls apart before it fits; each judged pass costs one check-slice decision pass)")
+    """Step 4: LoRA SFT on a* (loss on the completion only), on the plain decision prompt the deployed model
+    answers, beside rehearsed correct decisions."""
+
+    model_config = FROZEN
+    epochs: int = Field(2, ge=0, description="passes over the lesson before the fit check")
+    max_epochs: int = Field(12, ge=1, description="after ``epochs``, keep passing until the model's greedy "
+                            "decision on every taught prompt is its target, up to this many passes in all")
+    lr: float = Field(2e-3, gt=0, description="lower rates (or larger batches) fit less of a round's lesson per "
+                      "pass and need more passes")
+    batch_size: int = Field(4, ge=1, description="examples per optimisation step")
 
     @model_validator(mode="after")
     def _epochs(self) -> "SFTSettings":
-        if self.max_epochs is not None and self.max_epochs < self.epochs:
+        if self.max_epochs < self.epochs:
             raise ValueError("max_epochs must be >= epochs")
         return self
 
 
 class PFPOSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    enabled: bool = Field(True, description="run PFPO after SFT each round (off: SFT alone; rounds.parquet's "
-                          "pfpo_loss and clip_fraction stay empty)")
-    group: int = Field(4, ge=2, description="G completions per repair prompt")
-    epsilon: float = Field(0.2, gt=0, lt=1, description="PPO clip")
-    kl_beta: float = Field(0.05, ge=0, description="KL penalty to the reference model (``reference``)")
-    reference: Literal["sft", "base"] = Field("sft", description="π_ref of the KL penalty: the model as this round's "
-                                              "SFT left it (what it was just taught, how RLHF anchors its policy), or "
-                                              "the base model with the adapter off (for an unsafe base, the KL then "
-                                              "pulls back towards the unsafe answers)")
-    lr: float = Field(2e-4, gt=0)
-    iterations: int = Field(2, ge=1, description="optimisation passes per sampled group (the clip can only act "
-                            "from the second: rounds.parquet's clip_fraction)")
-    prompts_per_step: int = Field(4, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    rehearsed: bool = Field(True, description="also sample the rehearsed correct decisions' prompts: on the "
-                            "failures' prompts alone (all wrongly handled, say) the policy gradient pushes every "
-                            "answer the same way, and the model unlearns what SFT taught it to tell apart")
+    """Step 5: PFPO after SFT, on the lesson's prompts (repairs and rehearsal): G samples each, A_i = r_i − mean r,
+    the clipped ratio loss with a KL penalty to the model SFT left."""
+
+    model_config = FROZEN
+    enabled: bool = Field(True, description="off: SFT alone (rounds.parquet's pfpo_loss, clip_fraction and kl "
+                          "stay empty)")
+    group: int = Field(4, ge=2, description="G completions per prompt")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="the ratio clip")
+    kl_beta: float = Field(0.05, ge=0, description="KL penalty to the model as this round's SFT left it; raise it "
+                           "when rounds.parquet's kl grows and the model drifts from what it was taught")
+    lr: float = Field(2e-4, gt=0, description="PFPO's learning rate; the policy gradient moves the model further "
+                      "per step than SFT's loss does, so it is lower than sft.lr")
+    iterations: int = Field(2, ge=1, description="optimisation passes per sampled group (the clip only acts from "
+                            "the second: rounds.parquet's clip_fraction)")
+    prompts_per_step: int = Field(4, ge=1, description="prompts per optimisation step (G samples each)")
+    temperature: float = Field(1.0, gt=0, description="PFPO's sampling temperature")
+
+
+class TrainingSettings(BaseModel):
+    model_config = FROZEN
+    sft: SFTSettings = SFTSettings()
+    pfpo: PFPOSettings = PFPOSettings()
+    rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct dev decisions (safety first) "
+                             "trained on per repair, so repairs do not unlearn refusals")
+    rehearsal_min: int = Field(12, ge=0, description="at least this many rehearsed in a round with any repair (as "
+                               "the pool allows): a lesson of one or two repairs, fitted until learned, then does "
+                               "not move the whole model; 0 turns the floor off")
+
+
+class CalibrationSettings(BaseModel):
+    """After training, the model's decision rule is refitted on the calibration slice: a head (a multinomial
+    logistic regression from log π of the three decisions to the right one), then the caution (an offset on the
+    scores of escalate and refuse against handle), widened by the margin an unseen template needs."""
+
+    model_config = FROZEN
+    harm_bar: Literal["zero", "kept"] = Field("zero", description="how much harm the caution may leave the "
+                          "model handling on the calibration slice: zero, none (FAR's order: fewer critical "
+                          "failures first); kept, no more than the model kept before the round handled there (for "
+                          "a base model unsafe at round 0, made safer round by round without refusing what it "
+                          "already does right)")
+
+
+class GateSettings(BaseModel):
+    """Step 6: what the check slice decides after each round."""
+
+    model_config = FROZEN
+    safety_tolerance: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="a round that raises the "
+                                    "model's own ASR or HCR on the check slice by more than this is rolled back")
+    min_improvement: float = Field(0.01, ge=0, description="the run stops when a round handles no fewer harmful "
+                                   "check requests than the best round before it and raises its own-TSR there by "
+                                   "less than this; 0 runs every round")
 
 
 class EvolveConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    suite: SuiteSpec = SuiteSpec(name="edge_cloud", seed=7, size=600)
-    models: ModelsConfig = ModelsConfig()  # the world the decisions meet: cloud, user, faults (simulated)
+    model_config = FROZEN
+    suite: SuiteSpec = SuiteSpec(name="edge_cloud", seed=7, size=600, holdout_fraction=0.3)
+    # the world the edge's decisions meet (cloud review, user), fitted on train; the evolving model makes the
+    # edge's decision, the edge model gives only its risk
+    models: ModelsConfig = ModelsConfig()
     rewards: dict[str, Any] | str | None = None
     costs: Costs = Costs()
-    verifier: EnsembleConfig = EnsembleConfig(members=("rules", "environment"))
+    verifier: EnsembleConfig = EnsembleConfig(members=("rules", "environment", "cloud_probe"), aggregation="mean")
     policy: Policy = Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=True,
                             fallback_mode="safe_shutdown")
     model: ModelSpec = ModelSpec()
-    rounds: int = Field(3, ge=1)
-    dev_size: int = Field(32, ge=1, description="train scenarios rolled out per round (the dev split)")
-    dev_draw: Literal["fixed", "per_round"] = Field(
-        "fixed", description="fixed: every round collects its failures on the same dev slice; per_round: each "
-        "round on a fresh one (rounds x dev_size train scenarios in all), so a later round meets the model's "
-        "errors on wording it was never taught instead of the few it still makes on the slice it trained on, and "
-        "a rolled-back round does not end the run (the next round's lesson differs)")
-    holdout_size: int = Field(64, ge=1)
-    check_size: int = Field(64, ge=1, description="train scenarios, whole templates of none of dev's, that the "
-                            "safety gate, early stopping and the round returned are judged on (never the holdout: "
-                            "it is evaluated for reporting only)")
-    calibration_size: int = Field(0, ge=0, description="train scenarios, written from none of dev's "
-                                  "nor check's templates, on which each "
-                                  "round fits the model's decision rule (decision_head, then the caution: an "
-                                  "offset added to the scores of escalate and refuse against handle in every "
-                                  "greedy decision), chosen so the model itself handles no more harmful or "
-                                  "injected requests there than harm_bar allows (0: off; SFT can teach the model "
-                                  "to rank harmful requests above benign ones and still leave its threshold in the "
-                                  "wrong place)")
-    calibration_margin: Literal["leave_template_out", "none"] = Field(
-        "leave_template_out", description="leave_template_out: the caution fitted on the calibration slice is "
-        "raised by the most any of its templates, left out, needed over the fit of the rest (the holdout is "
-        "written from templates train never uses, and a fit is tight on the wording it saw); none: the fit as it is")
-    harm_bar: Literal["zero", "kept"] = Field(
-        "zero", description="how much harm the caution may leave the model itself handling on the calibration "
-        "slice: zero: no harmful or injected request (FAR's order: fewer critical failures first, whatever task "
-        "success it costs); kept: no more than the model kept before the round handled on the same inputs, over "
-        "the slice and on each template left out for the margin (round 0: the base model as it is), so a model "
-        "unsafe at round 0 is made safer round by round without refusing what it already does right (the FATE "
-        "paper's setting: ASR down, utility held). A base model that handled one harmful request by chance "
-        "licenses one under kept (BENCHMARKS.md)")
-    decision_head: Literal["logistic", "none"] = Field(
-        "logistic", description="logistic: before the caution, each round fits a head on the calibration slice, a "
-        "multinomial logistic regression (scikit-learn) from the model's log-probabilities of handle, escalate and "
-        "refuse to the decision that is right on its own (refuse harm, escalate what needs the cloud, handle the "
-        "rest), and the caution is fitted on its scores, out of fold by template: the caution alone only moves "
-        "the line between handle and the rest, so harm the model stops handling is escalated as often as refused "
-        "(BENCHMARKS.md); none: the caution on the log-probabilities as they are")
-    select_on: Literal["r_pf", "reward", "own_tsr"] = Field(
-        "r_pf", description="what the fits of a round rank by once safety is settled (the SFT pass kept, the "
-        "caution), on train slices: mean r_PF of z; mean r_PF + reward_weight x the reward table's total (what "
-        "q* and PFPO weigh: it also sees an unnecessary cloud call, which z does not); or own_tsr, the share of "
-        "the model's own decisions that are right (refuse harm, escalate what needs the cloud, handle the rest)")
-    rounds_on: Literal["r_pf", "reward", "own_tsr"] | None = Field(
-        None, description="what early stopping and the round returned rank by once safety is settled, on the "
-        "check slice (as select_on; none: select_on's). r_PF and the reward are end to end: a model that "
-        "escalates everything scores well there while the cloud completes and reviews it; own_tsr sees it")
-    candidates: int = Field(4, ge=1, description="K repairs sampled per failure")
-    temperature_min: float = Field(0.3, ge=0)
-    temperature_max: float = Field(1.2, ge=0)
-    diversity_bonus: float = Field(0.1, ge=0, description="added to r_PF of a repair that changes the action")
-    exploration: float = Field(0.0, ge=0, le=1, allow_inf_nan=False,
-                               description="share of repair candidates drawn uniformly among the valid decisions "
-                                           "instead of from the model: a confident model sampled on-policy "
-                                           "proposes nothing new, whatever the temperature")
-    rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct decisions (from dev, safety "
-                             "first) trained on per repair, so repairs do not unlearn refusals")
-    rehearsal_min: int = Field(0, ge=0, description="at least this many correct decisions rehearsed in a round with "
-                               "any repair (as the pool allows): SFT runs until its examples are learned, and a lesson "
-                               "of one or two repairs then moves the whole model")
-    kappa: KappaConfig | Literal["auto"] = KappaConfig()
-    attainable_kappa: bool = Field(True, description="lower κ, per input, to the best z any valid decision attains "
-                                   "there: no decision does the user's task when the call was injected, and a κ "
-                                   "on utility would then make the safe refusal a failure and filter it out")
-    supervise_on: Literal["repair", "decision", "both"] = Field(
-        "both", description="the prompts a* is taught on (SFT) and PFPO samples: the repair prompt p_f (FATE), "
-                            "the plain decision prompt x (what the model answers when deployed), or both")
-    weights: tuple[Weight, Weight, Weight, Weight] = (1.0, 1.0, 1.0, 1.0)
-    reward_weight: float = Field(0.0, ge=0, allow_inf_nan=False, description="ν: q* and PFPO weigh r_PF + ν·R, R "
-                                 "the reward table's total for the rollout (z has no cost: an unnecessary cloud call "
-                                 "scores as well as handling the call on the device); 0 is FATE's r_PF alone")
-    front: Literal["z", "z_then_reward_then_cost"] = Field(
-        "z", description="the Pareto front q* samples from: of z (FATE's); or of z where, of points equal on z, "
-        "only those best on the reward table's total, then the cheapest, stay (z_then_reward_then_cost: FAR's "
-        "order, z first). A cloud veto of a harmful request and a refusal on the device score alike on z and "
-        "mostly on the reward table too: on the front of z the repair taught is whichever the model proposed "
-        "more often (BENCHMARKS.md)")
-    lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF")
-    beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q* ∝ 1[PF]·exp(β r_PF)")
-    sft: SFTSettings = SFTSettings()
-    pfpo: PFPOSettings = PFPOSettings()
-    min_improvement: float = Field(0.01, ge=0, description="stop when a round handles no fewer harmful or injected "
-                                   "check-slice requests than the best round before it, and its score there "
-                                   "(rounds_on) improves by less")
-    safety_tolerance: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="a round that raises the "
-                                    "model's own ASR or HCR on the check slice by more than this is rolled back")
-    seed: int = 0
-    output: str = "results/evolve"
-
-    @model_validator(mode="after")
-    def _temperatures(self) -> "EvolveConfig":
-        if self.temperature_max < self.temperature_min:
-            raise ValueError("temperature_max must be >= temperature_min")
-        return self
+    rounds: int = Field(3, ge=1, description="at most this many rounds; the gate may stop the run earlier")
+    data: DataSettings = DataSettings()
+    repair: RepairSettings = RepairSettings()
+    selection: SelectionSettings = SelectionSettings()
+    training: TrainingSettings = TrainingSettings()
+    calibration: CalibrationSettings = CalibrationSettings()
+    gate: GateSettings = GateSettings()
+    seed: int = Field(0, description="seeds the slices, the repairs' sampling, selection and PFPO: the same "
+                      "config and seed give the same run")
+    output: str = Field("results/evolve", description="the run's folder (relative to the working directory)")
 
     _members_fit_models = model_validator(mode="after")(check_member_models)
 

@@ -92,7 +92,7 @@ def cross_fitted(logp: Sequence[Sequence[float]], labels: Sequence[str], groups:
 @dataclass(frozen=True)
 class DecisionRule:
     """How the model's log-probabilities become a decision: through ``head`` when one is fitted, then the
-    caution (``cautious_decisions`` in evolve.loop): handle iff its score beats the better of escalate and
+    caution (``evolve.calibrate.cautious_decisions``): handle iff its score beats the better of escalate and
     refuse by at least ``caution``, else the better of those two."""
     head: DecisionHead | None = None
     caution: float = 0.0

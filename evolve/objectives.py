@@ -27,9 +27,16 @@ def pfpo_loss(logp_new, logp_old, logp_ref, advantages, mask, epsilon: float, be
     ratio = torch.exp(logp_new - logp_old)
     adv = advantages.unsqueeze(-1)
     surrogate = torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - epsilon, 1.0 + epsilon) * adv)
+    return masked_mean(-surrogate + beta * kl_k3(logp_new, logp_ref), mask)
+
+
+def kl_k3(logp_new, logp_ref):
+    """k3 per token: exp(log π_ref − log π_θ) − (log π_ref − log π_θ) − 1, an unbiased, non-negative estimate
+    of KL(π_θ ‖ π_ref) from samples of π_θ (its masked mean is what rounds.parquet reports as ``kl``)."""
+    import torch
+
     delta = logp_ref - logp_new
-    kl = torch.exp(delta) - delta - 1.0
-    return masked_mean(-surrogate + beta * kl, mask)
+    return torch.exp(delta) - delta - 1.0
 
 
 def clip_fraction(logp_new, logp_old, advantages, mask, epsilon: float) -> float:

@@ -1,5 +1,6 @@
-"""FATE: the PFPO objective on fixed tensors, the decision task, supervision, the eval-only guard, and one
-complete round on a tiny randomly initialised model with SmolLM2's tokenizer (the real model: -m slow)."""
+"""FATE: the PFPO objective on fixed tensors, the decision task, each stage's core (collect, repair, select,
+train, calibrate, gate), the eval-only guard, and complete rounds on a tiny randomly initialised model with
+SmolLM2's tokenizer (the real model: -m slow)."""
 from __future__ import annotations
 
 import json
@@ -14,14 +15,18 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
 
-from evolve.config import EvolveConfig, KappaConfig  # noqa: E402
+from evolve.calibrate import fit_caution  # noqa: E402
+from evolve.collect import Failure, failures, rehearsal_order, require_trainable  # noqa: E402
+from evolve.config import EvolveConfig, KappaConfig, SelectionSettings, TrainingSettings  # noqa: E402
 from evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head  # noqa: E402
-from evolve.loop import (  # noqa: E402
-    NO_HARM, Candidate, Evolution, Failure, own_right_decision, require_trainable, supervise, supervise_with_rule,
-    temperatures, training_reward, unsafe_rise,
-)
+from evolve.gate import NO_HARM, unsafe_rise  # noqa: E402
+from evolve.loop import Evolution  # noqa: E402
+from evolve.metrics import own_right_decision  # noqa: E402
 from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
+from evolve.repair import propose, temperatures  # noqa: E402
+from evolve.select import Candidate, input_thresholds, r_pf_of, select, training_reward  # noqa: E402
 from evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
+from evolve.train import rehearsal_count  # noqa: E402
 from rollout.errors import FarInputError  # noqa: E402
 from rollout.eval_only import EvalOnlyRegistry  # noqa: E402
 from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
@@ -29,6 +34,23 @@ from rollout.policy import Policy  # noqa: E402
 from rollout.scenario import Scenario, ToolAction  # noqa: E402
 from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 from verifiers.rules import RuleVerifier  # noqa: E402
+
+# the settings each group of EvolveConfig holds: tests name them flat (``tiny_config(dev_size=24)``)
+GROUP_OF = {**dict.fromkeys(("dev_size", "check_size", "calibration_size", "holdout_size"), "data"),
+            **dict.fromkeys(("candidates", "temperature_min", "temperature_max", "exploration"), "repair"),
+            **dict.fromkeys(("kappa", "weights", "lam", "beta", "reward_weight", "diversity_bonus"), "selection"),
+            **dict.fromkeys(("sft", "pfpo", "rehearsal", "rehearsal_min"), "training"),
+            "harm_bar": "calibration", "safety_tolerance": "gate", "min_improvement": "gate"}
+
+
+def grouped(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        if key in GROUP_OF:
+            out.setdefault(GROUP_OF[key], {})[key] = value
+        else:
+            out[key] = value
+    return out
 
 
 def test_group_advantages_are_centred_not_scaled():
@@ -103,7 +125,7 @@ def test_decisions_change_what_happens(task):
 
 
 def test_own_rates_read_the_models_decision_not_the_outcome(task):
-    from evolve.loop import holdout_metrics
+    from evolve.metrics import holdout_metrics
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=4))
     train = list(suite.scenarios("train"))
@@ -113,14 +135,14 @@ def test_own_rates_read_the_models_decision_not_the_outcome(task):
                   and not s.ground_truth.injected)
     scenarios = [injected, injected, harmful, benign, benign]
     decisions = ["handle", "refuse", "handle", "refuse", "handle"]
-    metrics = holdout_metrics(scenarios, task.score(scenarios, decisions), EvolveConfig())["overall"]
+    metrics = holdout_metrics(scenarios, task.score(scenarios, decisions), SelectionSettings())["overall"]
     assert metrics["own_asr"] == 0.5 and metrics["own_hcr"] == 1.0 and metrics["own_over_refusal"] == 0.5
     assert metrics["own_tsr"] == pytest.approx(2 / 5)  # refusing the injection, handling the benign call
     assert [own_right_decision(s) for s in (injected, harmful, benign)] == ["refuse", "refuse", "handle"]
 
 
 def test_the_safety_gate_names_the_own_rates_that_rose_beyond_tolerance():
-    from evolve.loop import unsafe_rise
+    from evolve.gate import unsafe_rise
 
     nan = float("nan")
     before = {"own_asr": 0.10, "own_hcr": 0.0}
@@ -151,17 +173,17 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
         return answer
 
     evolution.check_metrics = check_after_a_harmful_update
-    from evolve import loop
+    from evolve import record, train
 
     measured = []  # at each fit measurement: did the adapter still hold the round's training?
-    share = loop.Fit.share
+    share = train.Fit.share
 
     def spy(fit):
         current = evolution.model.snapshot()
         measured.append(any(not torch.equal(before[n], current[n]) for n in before))
         return share(fit)
 
-    loop.Fit.share = spy
+    train.Fit.share = spy
     evaluated = []  # at each holdout evaluation: did the adapter hold the round's (harmful) update?
     evaluate = evolution.evaluate
 
@@ -174,12 +196,13 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
     try:
         summary = evolution.run(tmp_path)
     finally:
-        loop.Fit.share = share
+        train.Fit.share = share
     assert summary["rounds"][-1]["rolled_back"].startswith("own_asr 0.000 -> 0.500")
     # round 0, the discarded model (reported: what the gate kept from shipping), the model kept after the round
     assert evaluated == [False, True, False]
-    assert all(summary["rounds"][0][key] is None for key in loop.DISCARDED)
-    figures = [summary["rounds"][-1][key] for key in loop.DISCARDED]  # NaN: the holdout holds no such request
+    discarded = [f"discarded_{key}" for key in record.DISCARDED]
+    assert all(summary["rounds"][0][key] is None for key in discarded)
+    figures = [summary["rounds"][-1][key] for key in discarded]  # NaN: the holdout holds no such request
     assert all(isinstance(x, float) and (math.isnan(x) or 0.0 <= x <= 1.0) for x in figures)
     assert not math.isnan(figures[2])  # own-TSR: every holdout request counts
     after = evolution.model.snapshot()
@@ -190,8 +213,6 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
 def test_a_train_split_with_no_room_for_the_check_slice_is_refused(tmp_path):
     with pytest.raises(FarInputError, match="check slice"):
         Evolution(tiny_config(tmp_path, dev_size=10_000))
-    with pytest.raises(FarInputError, match=r"x 3 rounds \(dev_draw: per_round\)"):  # room for one slice, not three
-        Evolution(tiny_config(tmp_path, dev_size=60, rounds=3, dev_draw="per_round"))
 
 
 @settings(max_examples=200, deadline=None)
@@ -199,7 +220,7 @@ def test_a_train_split_with_no_room_for_the_check_slice_is_refused(tmp_path):
 def test_a_slice_drawn_by_template_takes_whole_templates_up_to_its_size(groups, size, seed):
     """Every template drawn is taken whole, but the last one when the size cuts it; the size is reached when
     the pool allows; the draw is a function of the seed."""
-    from evolve.loop import whole_templates
+    from evolve.collect import whole_templates
 
     pool = [Scenario(id=f"s{i}", suite="t", category="c", kind="benign", task_mode="executable", split="train",
                      request="r", proposed_action=ToolAction(tool="t"), group=g) for i, g in enumerate(groups)]
@@ -223,40 +244,19 @@ def test_dev_check_and_calibration_share_no_template(tmp_path):
     assert all(s.split == "train" for s in [*evolution.check, *evolution.calibration])
 
 
-def test_per_round_dev_slices_are_fresh_and_none_of_the_judges_templates(tmp_path):
-    """dev_draw: per_round gives every round a dev slice of its own; check and calibration stay apart from the
-    templates of all of them (any round may teach their wording); fixed gives one."""
-    evolution = Evolution(tiny_config(tmp_path, dev_draw="per_round", rounds=3, calibration_size=30, check_size=20))
-    assert [len(dev) for dev in evolution.devs] == [12, 12, 12]
-    assert len({s.id for s in evolution.dev}) == 36 and all(s.split == "train" for s in evolution.dev)
-    taught = {s.group_key for s in evolution.dev}
-    assert not taught & {s.group_key for s in [*evolution.check, *evolution.calibration]}
-    assert len(Evolution(tiny_config(tmp_path, rounds=3)).devs) == 1
-
-
-@pytest.mark.parametrize("draw, script, rows, returned", [
-    ("per_round", [(0.0, 1.0), (0.5, 2.0), (0.0, 3.0)], 3, 2),  # round 1 rolled back, round 2 learns anew: kept
-    ("per_round", [(0.0, 1.0), (0.5, 2.0), (0.0, 0.5)], 3, 0),  # ... and falls: the base model
-    ("fixed", [(0.0, 1.0), (0.5, 2.0)], 2, 0),                  # the same slice, the same lesson: the run stops
-])
-def test_a_rollback_ends_the_run_only_when_the_next_lesson_would_be_the_same(tmp_path, draw, script, rows, returned):
+def test_a_rollback_ends_the_run(tmp_path):
+    """Every round collects its failures on the same dev slice: after a rollback the next round would teach the
+    same lesson again, so the run stops and returns the model the rollback restored."""
     import pyarrow.parquet as pq
 
-    evolution, adapters = scripted_checks(tmp_path, script, rounds=2, dev_draw=draw)
-    collected = []
-    collect = evolution.collect
-    evolution.collect = lambda dev: collected.append([s.id for s in dev]) or collect(dev)
+    evolution, adapters = scripted_checks(tmp_path, [(0.0, 0.5), (0.5, 0.9)], rounds=2)
     summary = evolution.run(tmp_path)
     table = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
-    assert len(table) == rows and bool(table[1]["rolled_back"])
-    assert collected == summary["dev_slices"][:rows - 1]  # each round its own slice, as the summary says
-    assert len(summary["dev_slices"]) == (2 if draw == "per_round" else 1)
-    assert summary["kept_round"] == returned
-    assert summary["kept_adapter"] == (f"adapter_round{returned}" if returned else None)
+    assert len(table) == 2 and table[1]["rolled_back"].startswith("own_asr 0.000 -> 0.500")
+    assert summary["stopped"].startswith("round 1 rolled back") and summary["kept_round"] == 0
+    assert summary["kept_adapter"] is None and table[1]["check_own_tsr"] == 0.5  # the kept model's figures
     after = evolution.model.snapshot()
-    assert all(torch.equal(adapters[returned][n], after[n]) for n in after)
-    if rows == 3:  # round 2 trained from the model round 1's rollback restored
-        assert any(not torch.equal(adapters[0][n], adapters[2][n]) for n in after)
+    assert all(torch.equal(adapters[0][n], after[n]) for n in after)
 
 
 def test_temperature_schedule_spans_the_range():
@@ -265,34 +265,63 @@ def test_temperature_schedule_spans_the_range():
 
 
 def test_supervision_samples_only_the_feasible_front(task):
+    """A benign call refused: handling and escalating it both score z = 1 everywhere, but escalating spends an
+    unnecessary cloud call, so the tie break keeps handling alone on the front; refusing (over-refusal) and a
+    malformed answer are infeasible."""
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
     scenario = next(s for s in suite.scenarios("train") if s.kind == "benign" and not s.ground_truth.tool_faults)
     decisions = ["handle", "escalate", "refuse", MALFORMED]
     scored = task.score([scenario] * 4, decisions)
-    config = EvolveConfig(diversity_bonus=0.0)
-    failure = Failure(scenario, "refuse", scored[2])
+    assert scored[0].z == scored[1].z == (1.0, 1.0, 1.0, 1.0)
+    strict = KappaConfig(executable=(1.0, 1.0, 1.0, 1.0), diagnostic=(1.0, 1.0, 1.0, 1.0))
+    settings_ = SelectionSettings(diversity_bonus=0.0, kappa=strict)
+    failure = Failure(scenario, "refuse", scored[2], (1.0, 1.0, 1.0, 1.0))
     candidates = [Candidate(d, s, sum(s.z)) for d, s in zip(decisions, scored)]
-    kappa = KappaConfig(executable=(1.0, 1.0, 1.0, 1.0), diagnostic=(1.0, 1.0, 1.0, 1.0))
-    # handling and escalating a benign call both score z = 1 everywhere (the cloud call costs, but z does not
-    # measure cost): both are on the feasible front; refusing (over-refusal) and a malformed answer are not
-    chosen_decisions = set()
-    for seed in range(30):
-        chosen, q = supervise(config, failure, candidates, kappa, random.Random(seed))
-        chosen_decisions.add(chosen.scored.decision)
-    assert q == pytest.approx([0.5, 0.5, 0.0, 0.0])
-    assert chosen_decisions == {"handle", "escalate"}
-    bonus = EvolveConfig(diversity_bonus=1.0)  # both differ from the failed 'refuse': the bonus keeps them equal
-    assert supervise(bonus, failure, candidates, kappa, random.Random(0))[1] == pytest.approx([0.5, 0.5, 0, 0])
+    chosen = {select(settings_, failure, candidates, random.Random(seed)).chosen.scored.decision for seed in range(20)}
+    picked = select(settings_, failure, candidates, random.Random(0))
+    assert chosen == {"handle"} and picked.q == pytest.approx([1.0, 0.0, 0.0, 0.0]) and picked.rule == "tie_break"
     # only infeasible repairs (over-refusal, malformed): nothing to supervise with
-    assert supervise(config, failure, candidates[2:], kappa, random.Random(0))[0] is None
+    assert select(settings_, failure, candidates[2:], random.Random(0)).chosen is None
     # the failed action is never its own repair, whatever κ (here 0: everything feasible)
-    anything = KappaConfig(executable=(0.0,) * 4, diagnostic=(0.0,) * 4)
-    refuse_again = [candidates[2], candidates[2]]
-    assert supervise(config, failure, refuse_again, anything, random.Random(0))[0] is None
-    assert supervise_with_rule(config, failure, candidates, kappa, random.Random(0))[2] == "r_pf"  # 2 on the front
-    assert supervise_with_rule(config, failure, [candidates[0], candidates[2]], kappa, random.Random(0))[2] \
-        == "repair"
-    assert supervise_with_rule(config, failure, candidates[2:], kappa, random.Random(0))[2] == "none"
+    anything = SelectionSettings(kappa=KappaConfig(executable=(0.0,) * 4, diagnostic=(0.0,) * 4))
+    assert select(anything, failure, [candidates[2], candidates[2]], random.Random(0)).chosen is None
+    assert select(settings_, failure, [candidates[0], candidates[2]], random.Random(0)).rule == "repair"
+    assert select(settings_, failure, candidates[2:], random.Random(0)).rule == "none"
+
+
+def synthetic(decision: str, z, reward: float = 0.0, cost: float = 1.0):
+    from types import SimpleNamespace
+
+    from evolve.task import Scored
+
+    return Scored(decision=decision, verdict=SimpleNamespace(reward=reward), z=tuple(z), failures=(), cost=cost)
+
+
+@pytest.mark.parametrize("candidates, rule, taught", [
+    # one repairs the security failure; the failed decision again repairs nothing
+    ([("escalate", (1, 1, 1, 1)), ("handle", (0, 1, 1, 1))], "repair", {"escalate"}),
+    # two repair it, one still below κ on security
+    ([("escalate", (1, 1, 1, 1)), ("refuse", (0.3, 1, 1, 1))], "kappa", {"escalate"}),
+    # both feasible, one dominated
+    ([("escalate", (1, 1, 1, 1)), ("refuse", (0.9, 0.8, 1, 1))], "pareto", {"escalate"}),
+    # equal on z: the reward table, then the cost, break the tie
+    ([("escalate", (1, 1, 1, 1), 5.0), ("refuse", (1, 1, 1, 1), 8.0)], "tie_break", {"refuse"}),
+    ([("escalate", (1, 1, 1, 1), 5.0, 2.0), ("refuse", (1, 1, 1, 1), 5.0, 1.0)], "tie_break", {"refuse"}),
+    # incomparable on z: q* weighs both
+    ([("escalate", (1, 0.6, 1, 1)), ("refuse", (0.8, 1, 1, 1))], "r_pf", {"escalate", "refuse"}),
+    ([("handle", (0, 1, 1, 1))], "none", set()),
+])
+def test_each_selection_names_the_rule_that_settled_it(candidates, rule, taught):
+    """Synthetic z for a failed 'handle' of a harmful request (security 0, the rest 1), κ 0.5 (control 1)."""
+    from conftest import make_scenario
+
+    failure = Failure(make_scenario(unsafe=True), "handle", synthetic("handle", (0, 1, 1, 1)), (1.0, 1.0, 1.0, 1.0))
+    settings_ = SelectionSettings(diversity_bonus=0.0)
+    scored = [Candidate(c[0], synthetic(*c), r_pf_of(settings_, c[1])) for c in candidates]
+    picks = [select(settings_, failure, scored, random.Random(seed)) for seed in range(40)]
+    assert {p.rule for p in picks} == {rule}
+    assert {p.chosen.text for p in picks if p.chosen is not None} == taught
+    assert all(sum(p.q) == pytest.approx(1.0 if taught else 0.0) for p in picks)
 
 
 def test_evaluation_only_data_is_refused():
@@ -312,12 +341,15 @@ def test_evaluation_only_data_is_refused():
 
 
 def tiny_config(tmp_path, **overrides) -> EvolveConfig:
+    """A fast run on the tiny model and the oracle world, settings named flat (``GROUP_OF``): one SFT pass and no
+    calibration, rehearsal floor or tie of the reward table unless a test asks for them."""
     base = {"suite": {"name": "edge_cloud", "seed": 3, "size": 200}, "model": {"base": "tiny-random"},
-            "rounds": 1, "dev_size": 12, "holdout_size": 16, "candidates": 3,
-            "kappa": "auto", "sft": {"epochs": 1, "batch_size": 4}, "pfpo": {"group": 2, "prompts_per_step": 4,
-                                                                          "iterations": 2},
-            "models": oracle_models(cache={"enabled": False}), "min_improvement": 0.0, "output": str(tmp_path)}
-    return EvolveConfig.model_validate({**base, **overrides})
+            "rounds": 1, "dev_size": 12, "holdout_size": 16, "candidates": 3, "calibration_size": 0,
+            "rehearsal_min": 0, "sft": {"epochs": 1, "max_epochs": 1, "batch_size": 4},
+            "pfpo": {"group": 2, "prompts_per_step": 4, "iterations": 2},
+            "models": oracle_models(cache={"enabled": False}), "verifier": {"members": ["rules", "environment"]},
+            "min_improvement": 0.0, "output": str(tmp_path)}
+    return EvolveConfig.model_validate(grouped({**base, **overrides}))
 
 
 def test_a_complete_round_on_a_tiny_model(tmp_path):
@@ -336,7 +368,7 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     assert all(0.0 <= r["own_separation"] <= 1.0 for r in rounds)  # the holdout holds both kinds
     # rehearsal: correct dev decisions, up to one per repair, trained on beside the repairs
     assert rounds[1]["rehearsed"] <= rounds[1]["buffer"]
-    rehearsed = evolution.rehearsal(100, random.Random(0))
+    rehearsed = rehearsal_order(list(evolution.correct.values()), 100, random.Random(0))
     assert all(s.split == "train" for s, _ in rehearsed) and len(rehearsed) == len(evolution.correct)
     safety = [s.ground_truth.unsafe or s.ground_truth.injected for s, _ in rehearsed]
     assert safety == sorted(safety, reverse=True)  # refusals of harm first
@@ -344,11 +376,12 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
     decided = sum(rounds[1][f"decided_by_{rule}"] for rule in ("repair", "kappa", "pareto", "tie_break", "r_pf",
                                                                 "none"))
     assert decided == rounds[1]["failures"]  # every failure's repair was settled by exactly one rule
-    steps = [rounds[1][f"seconds_{step}"] for step in ("lesson", "sft", "pfpo", "check", "holdout")]
+    steps = [rounds[1][f"seconds_{step}"] for step in ("lesson", "sft", "pfpo", "calibrate", "check", "holdout")]
     assert all(s >= 0 for s in steps) and sum(steps) <= rounds[1]["seconds"] + 1e-6  # where the round's time went
-    if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured
+    if rounds[1]["buffer"]:  # two passes per batch by default: the clip fraction is measured, and the KL
         assert rounds[1]["clip_fraction"] is not None and 0.0 <= rounds[1]["clip_fraction"] <= 1.0
-        assert rounds[1]["sft_epochs"] == 1 and 0.0 <= rounds[1]["sft_fit"] <= 1.0  # no max_epochs: 1 pass
+        assert rounds[1]["kl"] is not None and rounds[1]["kl"] >= 0.0
+        assert rounds[1]["sft_epochs"] == 1 and 0.0 <= rounds[1]["sft_fit"] <= 1.0  # max_epochs 1: 1 pass
     by_category = pq.read_table(tmp_path / "rounds_by_category.parquet").to_pylist()
     assert {r["round"] for r in by_category} == {0, 1}
     buffer = pq.read_table(tmp_path / "replay_buffer_round1.parquet").to_pylist()
@@ -475,17 +508,22 @@ def test_constrained_choice_samples_only_valid_actions_by_their_probability():
 
 
 @pytest.mark.parametrize("line, field", [
-    ("kappa: {executable: [1.0, 1.5, 1.0, 1.0]}", "kappa"),
-    ("kappa: {diagnostic: [1.0, 1.0, -0.5, 1.0]}", "kappa"),
-    ("kappa: {executable: [.nan, 1.0, 1.0, 1.0]}", "kappa"),
-    ("kappa: {executable: [1.0, 1.0, 1.0]}", "kappa"),
-    ("weights: [1.0, -1.0, 1.0, 1.0]", "weights"),
-    ("weights: [1.0, .inf, 1.0, 1.0]", "weights"),
-    ("lam: .nan", "lam"),
-    ("candidates: 0", "candidates"),
-    ("sft: {epochs: 3, max_epochs: 2}", "sft"),
-    ("supervise_on: everything", "supervise_on"),
-    ("front: z_then_cost", "front"),
+    ("selection: {kappa: {executable: [1.0, 1.5, 1.0, 1.0]}}", "selection.kappa"),
+    ("selection: {kappa: {diagnostic: [1.0, 1.0, -0.5, 1.0]}}", "selection.kappa"),
+    ("selection: {kappa: {executable: [.nan, 1.0, 1.0, 1.0]}}", "selection.kappa"),
+    ("selection: {kappa: {executable: [1.0, 1.0, 1.0]}}", "selection.kappa"),
+    ("selection: {kappa: auto}", "selection.kappa"),
+    ("selection: {weights: [1.0, -1.0, 1.0, 1.0]}", "selection.weights"),
+    ("selection: {weights: [1.0, .inf, 1.0, 1.0]}", "selection.weights"),
+    ("selection: {lam: .nan}", "selection.lam"),
+    ("repair: {candidates: 0}", "repair.candidates"),
+    ("repair: {temperature_min: 1.0, temperature_max: 0.5}", "repair"),
+    ("training: {sft: {epochs: 3, max_epochs: 2}}", "training.sft"),
+    ("training: {pfpo: {reference: base}}", "training.pfpo.reference"),
+    ("calibration: {harm_bar: some}", "calibration.harm_bar"),
+    ("data: {calibration_size: -1}", "data.calibration_size"),
+    ("dev_size: 32", "dev_size"),  # a setting outside its group
+    ("supervise_on: decision", "supervise_on"),  # a setting that no longer exists
     ("model: {base: HuggingFaceTB/SmolLM2-360M}", "model.base"),
     ("model: {lora_targets: [q_proj, attn]}", "model.lora_targets"),
     ("model: {lora_targets: []}", "model.lora_targets"),
@@ -508,10 +546,22 @@ def test_far_evolve_refuses_a_bad_config_naming_the_field(tmp_path, capsys):
     from far.cli import main  # `far`: every command, evolve included
 
     bad = tmp_path / "evolve.yaml"
-    bad.write_text("rounds: 0\nkappa: {executable: [1.0, 1.0]}\n")
+    bad.write_text("rounds: 0\nselection: {kappa: {executable: [1.0, 1.0]}}\n")
     assert main(["evolve", str(bad)]) == 2
     error = capsys.readouterr().err
     assert "evolve.yaml" in error and ("rounds" in error or "kappa" in error)
+
+
+def test_the_shipped_config_is_the_code_default():
+    """configs/evolve.yaml writes the defaults out; it never differs from them (docs/evolve.md's table is the
+    code's)."""
+    from pathlib import Path
+
+    from evolve.config import load_evolve_config
+
+    shipped, _ = load_evolve_config(Path(__file__).resolve().parents[1] / "configs" / "evolve.yaml")
+    assert shipped == EvolveConfig()
+    assert shipped.training.pfpo.enabled  # the paper's pipeline: SFT, then PFPO, every round
 
 
 def test_far_evolve_names_the_model_to_ship(tmp_path, capsys):
@@ -529,43 +579,82 @@ def test_far_evolve_names_the_model_to_ship(tmp_path, capsys):
                                     else "the base model") in said
 
 
+def test_docs_evolve_has_a_row_for_every_setting():
+    """docs/evolve.md's table names every leaf setting of EvolveConfig (the world's sections as a whole) with its
+    default."""
+    from pathlib import Path
+
+    from pydantic import BaseModel
+
+    table = (Path(__file__).resolve().parents[1] / "docs" / "evolve.md").read_text()
+    world = {"suite", "models", "rewards", "costs", "verifier", "policy", "model"}
+
+    def leaves(model: type[BaseModel], prefix: str = ""):
+        for name, field in model.model_fields.items():
+            path = prefix + name
+            if isinstance(field.default, BaseModel) and path not in world and name != "kappa":
+                yield from leaves(type(field.default), path + ".")
+            else:
+                yield path, field.default
+
+    for path, default in leaves(EvolveConfig):
+        row = next((line for line in table.splitlines() if line.startswith(f"| `{path}` |")), None)
+        assert row is not None, path
+        if path not in world and not isinstance(default, BaseModel):
+            shown = list(default) if isinstance(default, tuple) else default
+            assert f"`{shown}`" in row, (path, row)
+
+
+def dev_failures(evolution: Evolution) -> list[Failure]:
+    failed, _, _ = failures(evolution.dev, evolution.decide(evolution.dev), evolution.thresholds(evolution.dev),
+                            evolution.best(evolution.dev))
+    return failed
+
+
 @pytest.mark.parametrize("exploration", [0.0, 1.0])
 def test_exploration_draws_repair_candidates_uniformly(tmp_path, exploration):
     """A confident model sampled on-policy proposes the same decision K times; with ``exploration`` a share of
     the candidates is drawn uniformly among the valid decisions (and counted)."""
     evolution = Evolution(tiny_config(tmp_path, exploration=exploration, candidates=6))
-    failures = evolution.collect(evolution.dev)[:8] or pytest.skip("no failures to repair on this draw")
-    evolution.explored = 0
-    _, groups = evolution.propose(failures, 1)
-    drawn = [c.scored.decision for group in groups for c in group]
-    assert evolution.explored == (len(drawn) if exploration == 1.0 else 0)
+    failed = dev_failures(evolution)[:8] or pytest.skip("no failures to repair on this draw")
+    config = evolution.config
+
+    def proposed():
+        return propose(evolution.model, evolution.task, config.repair, config.selection, failed,
+                       evolution.thresholds([f.scenario for f in failed]), config.seed, 1)
+
+    repairs = proposed()
+    drawn = [c.scored.decision for group in repairs.groups for c in group]
+    assert len(drawn) == 6 * len(failed) and repairs.explored == (len(drawn) if exploration == 1.0 else 0)
     if exploration == 1.0:
         assert set(drawn) == {"handle", "escalate", "refuse"}
-    _, again = evolution.propose(failures, 1)  # seeded: the same draws
-    assert [c.text for g in again for c in g] == [c.text for g in groups for c in g]
+    assert 1 / 6 <= repairs.distinct_rate() <= 3 / 6
+    again = proposed()  # seeded: the same draws
+    assert [c.text for g in again.groups for c in g] == [c.text for g in repairs.groups for c in g]
 
 
-def test_a_failure_is_judged_against_kappa(tmp_path):
-    """With κ < 1, a decision whose graded z clears κ is no failure; with κ auto, anything below 1 is one."""
+def test_a_failure_is_judged_against_kappa():
+    """A decision whose graded z clears κ is no failure; κ is per task mode."""
+    from conftest import make_scenario
+
     from evolve.task import violated
 
     z = (0.97, 1.0, 0.9, 1.0)
     assert violated(z) == ["security", "over_refusal"]
     assert violated(z, (0.5, 0.5, 0.5, 1.0)) == []
     assert violated((0.2, 1.0, 1.0, 1.0), (0.5, 0.5, 0.5, 1.0)) == ["security"]
-    evolution = Evolution(tiny_config(tmp_path, kappa={"executable": [0.5, 0.5, 0.5, 1.0],
-                                                       "diagnostic": [0.4, 0.4, 0.4, 1.0]}, attainable_kappa=False))
-    modes = {s.task_mode: evolution.detection_thresholds(s) for s in evolution.dev}
-    assert modes.get("executable", (0.5, 0.5, 0.5, 1.0)) == (0.5, 0.5, 0.5, 1.0)
-    assert modes.get("diagnostic", (0.4, 0.4, 0.4, 1.0)) == (0.4, 0.4, 0.4, 1.0)
-    auto = Evolution(tiny_config(tmp_path))
-    assert auto.detection_thresholds(auto.dev[0]) == (1.0, 1.0, 1.0, 1.0)
+    kappa = KappaConfig(executable=(0.5, 0.5, 0.5, 1.0), diagnostic=(0.4, 0.4, 0.4, 1.0))
+    executable = make_scenario()
+    diagnostic = executable.model_copy(update={"task_mode": "diagnostic"})
+    assert input_thresholds(kappa, executable, (1.0,) * 4) == (0.5, 0.5, 0.5, 1.0)
+    assert input_thresholds(kappa, diagnostic, (1.0,) * 4) == (0.4, 0.4, 0.4, 1.0)
+    assert input_thresholds(kappa, executable, (1.0, 0.0, 0.3, math.nan)) == (0.5, 0.0, 0.3, 1.0)
 
 
 def test_kappa_is_lowered_to_what_a_valid_decision_attains(tmp_path):
     """A cloud that vetoes and never revises, a user who approves: no decision does an injected request's task
     (utility 0 for all three), so κ on utility falls to 0 there and refusing it is no failure (it is rehearsed
-    and it repairs a harmful handle); a benign request keeps κ. With ``attainable_kappa: false`` κ stays."""
+    and it repairs a harmful handle); a benign request keeps κ."""
     from evolve.task import violated
 
     models = {"edge": {"backend": "oracle"}, "user": {"backend": "approves"},
@@ -578,87 +667,75 @@ def test_kappa_is_lowered_to_what_a_valid_decision_attains(tmp_path):
                   and not s.ground_truth.tool_faults)
     handled, refused = evolution.task.score([injected, injected], ["handle", "refuse"])
     assert handled.z[0] == 0.0 and refused.z[0] == 1.0 and refused.z[1] == 0.0
-    thresholds = evolution.detection_thresholds(injected)
+    thresholds = evolution.thresholds([injected])[0]
     assert thresholds == (0.5, 0.0, 0.5, 1.0)
     assert violated(refused.z, thresholds) == [] and violated(handled.z, thresholds) == ["security"]
     failure = Failure(injected, "handle", handled, evolution.best([injected])[0])
     candidates = [Candidate("refuse", refused, 0.0), Candidate("handle", handled, 0.0)]
-    chosen, _ = supervise(evolution.config, failure, candidates, evolution.config.kappa, random.Random(0))
+    chosen = select(evolution.config.selection, failure, candidates, random.Random(0)).chosen
     assert chosen is not None and chosen.scored.decision == "refuse"
-    assert evolution.detection_thresholds(benign) == (0.5, 0.5, 0.5, 1.0)
-
-    strict = Evolution(tiny_config(tmp_path, models=models, kappa=kappa, attainable_kappa=False))
-    assert strict.detection_thresholds(injected) == (0.5, 0.5, 0.5, 1.0)
-    assert violated(refused.z, strict.detection_thresholds(injected)) == ["utility"]
-    strict_failure = Failure(injected, "handle", handled, strict.best([injected])[0])
-    assert supervise(strict.config, strict_failure, candidates, strict.config.kappa, random.Random(0))[0] is None
+    assert evolution.thresholds([benign])[0] == (0.5, 0.5, 0.5, 1.0)
 
 
-@pytest.mark.parametrize("rehearsed", [True, False])
-def test_a_lesson_teaches_repairs_and_rehearsal_and_pfpo_samples_both(tmp_path, rehearsed):
-    """SFT fits the taught repairs and the rehearsed decisions; PFPO samples the same prompts (or, with
-    ``pfpo.rehearsed: false``, the repairs' alone): on the failures alone its gradient moves every answer one way."""
+def test_a_lesson_teaches_repairs_and_rehearsal_on_the_decision_prompt(tmp_path):
+    """SFT fits each kept repair on the plain decision prompt (what the deployed model answers; the repair prompt
+    only proposes) and the rehearsed decisions; PFPO samples the same prompts, failures and rehearsal mixed: on
+    the failures alone its gradient moves every answer one way."""
     from evolve.task import decision_messages
 
-    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
-    evolution = Evolution(tiny_config(tmp_path, supervise_on="decision", dev_size=24, candidates=6, exploration=1.0,
-                                      kappa=kappa, pfpo={"rehearsed": rehearsed}))
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, rehearsal_min=4))
     lesson = evolution.lesson(1, random.Random(0))
-    assert lesson is not None and lesson.buffer and lesson.rehearsed and len(lesson.taught) == len(lesson.buffer)
-    rehearsal = [(evolution.model.prompt(decision_messages(s)), d) for s, d in lesson.rehearsed]
-    assert lesson.examples == [(p, a) for p, _, a in lesson.taught] + rehearsal
-    expected = [(p, s.id) for p, s, _ in lesson.taught] + ([(evolution.model.prompt(decision_messages(s)), s.id)
-                                                          for s, _ in lesson.rehearsed] if rehearsed else [])
-    assert sorted((p, s.id) for p, s in lesson.sampled) == sorted(expected)
-    assert all(s.split == "train" for _, s in lesson.sampled)
-
-
-def test_auto_kappa_picks_a_level_at_which_failures_have_repairs(tmp_path):
-    # the knee was once taken over merely feasible candidates: at κ = 0 every candidate is feasible and none
-    # repairs anything (nothing falls short of 0), and the round kept no repair at all
-    from evolve.loop import auto_kappa
-
-    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0))
-    lesson = evolution.lesson(1, random.Random(0))
-    assert lesson.failures and lesson.buffer and lesson.decided["none"] < len(lesson.failures)
-    assert lesson.kappa.executable[0] > 0
-    nothing = auto_kappa(evolution.config, lesson.failures, [[] for _ in lesson.failures])  # nothing proposed
-    assert nothing.executable == nothing.diagnostic and len(set(nothing.executable)) == 1
+    assert lesson is not None and lesson.taught and lesson.rehearsed
+    assert len(lesson.rehearsed) == min(rehearsal_count(evolution.config.training, len(lesson.taught)),
+                                        len(evolution.correct))
+    plain = {s.id: evolution.model.prompt(decision_messages(s)) for s in evolution.dev}
+    expected = [(plain[t.failure.scenario.id], t.failure.scenario.id, t.chosen.scored.decision) for t in lesson.taught]
+    expected += [(plain[s.id], s.id, d) for s, d in lesson.rehearsed]
+    assert sorted((p, s.id, a) for p, s, a in lesson.examples) == sorted(expected)
+    assert all(t.prompt != plain[t.failure.scenario.id] for t in lesson.taught)  # p_f proposed the repairs
+    assert all(s.split == "train" for _, s, _ in lesson.examples)
+    assert sum(lesson.decided.values()) == len(lesson.failures)
 
 
 @pytest.mark.parametrize("repairs, per_repair, floor, expected", [
-    (2, 1.0, 0, 2), (2, 1.0, 5, 5), (6, 1.0, 5, 6), (2, 2.0, 3, 4), (1, 1.0, 99, None), (0, 1.0, 5, 5)])
-def test_rehearsal_takes_per_repair_or_the_floor_as_the_pool_allows(tmp_path, repairs, per_repair, floor, expected):
-    evolution = Evolution(tiny_config(tmp_path, rehearsal=per_repair, rehearsal_min=floor))
-    evolution.collect(evolution.dev)  # fills the pool with dev's correct decisions
-    pool = len(evolution.correct)
-    assert pool >= 6
-    rehearsed = evolution.rehearsal(repairs, random.Random(0))
-    assert len(rehearsed) == (pool if expected is None else expected)
-    assert len({s.id for s, _ in rehearsed}) == len(rehearsed)  # no decision twice
+    (2, 1.0, 0, 2), (2, 1.0, 5, 5), (6, 1.0, 5, 6), (2, 2.0, 3, 4), (1, 1.0, 99, 99), (0, 1.0, 5, 0)])
+def test_rehearsal_takes_per_repair_or_the_floor(repairs, per_repair, floor, expected):
+    assert rehearsal_count(TrainingSettings(rehearsal=per_repair, rehearsal_min=floor), repairs) == expected
 
 
-def test_a_round_without_pfpo_trains_by_sft_alone(tmp_path):
+def test_rehearsal_takes_safety_first_as_the_pool_allows(tmp_path):
+    evolution = Evolution(tiny_config(tmp_path))
+    _, correct, _ = failures(evolution.dev, evolution.decide(evolution.dev), evolution.thresholds(evolution.dev),
+                             evolution.best(evolution.dev))
+    assert len(correct) >= 6
+    for count in (0, 3, len(correct) + 5):
+        rehearsed = rehearsal_order(correct, count, random.Random(0))
+        assert len(rehearsed) == min(count, len(correct)) and len({s.id for s, _ in rehearsed}) == len(rehearsed)
+        safety = [s.ground_truth.unsafe or s.ground_truth.injected for s, _ in rehearsed]
+        assert safety == sorted(safety, reverse=True)  # harm's refusals first
+    assert rehearsal_order(correct, 3, random.Random(1)) == rehearsal_order(correct, 3, random.Random(1))
+
+
+def test_a_round_without_pfpo_trains_by_sft_alone(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
-    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
-                                      pfpo={"enabled": False}))
-    evolution.pfpo = None  # never called
+    from evolve import loop
+
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, pfpo={"enabled": False}))
+    monkeypatch.setattr(loop, "pfpo", None)  # never called
     evolution.run(tmp_path)
     row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
     assert row["buffer"] > 0 and row["sft_loss"] is not None
-    assert row["pfpo_loss"] is None and row["clip_fraction"] is None
+    assert row["pfpo_loss"] is None and row["clip_fraction"] is None and row["kl"] is None
 
 
-@pytest.mark.parametrize("reference", ["sft", "base"])
-def test_pfpo_anchors_its_kl_to_the_model_sft_left_or_to_the_base(tmp_path, reference):
-    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}
-    evolution = Evolution(tiny_config(tmp_path, supervise_on="decision", dev_size=24, candidates=6, exploration=1.0,
-                                      kappa=kappa, pfpo={"reference": reference, "group": 3, "prompts_per_step": 2,
-                                                         "lr": 0.05}))
+def test_pfpo_anchors_its_kl_to_the_model_sft_left(tmp_path):
+    from evolve.train import pfpo
+
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0,
+                                      pfpo={"group": 3, "prompts_per_step": 2, "lr": 0.05}))
     lesson = evolution.lesson(1, random.Random(0))
-    model = evolution.model
+    model, config = evolution.model, evolution.config
     start = model.snapshot()  # as SFT left it
     calls = []
     plain = model.completion_logprobs
@@ -669,27 +746,14 @@ def test_pfpo_anchors_its_kl_to_the_model_sft_left_or_to_the_base(tmp_path, refe
         return plain(prompts, completions, reference=reference)
 
     model.completion_logprobs = spy
-    evolution.pfpo([p for p, _ in lesson.sampled], [s for _, s in lesson.sampled], 1)
-    chunks = -(-len(lesson.sampled) // 2)
-    assert chunks >= 2 and len(calls) == chunks * (2 + evolution.config.pfpo.iterations)
+    stats = pfpo(model, evolution.task, config.selection, config.training.pfpo, lesson, config.seed, 1)
+    chunks = -(-len(lesson.examples) // 2)
+    assert chunks >= 2 and len(calls) == chunks * (2 + config.training.pfpo.iterations)
     refs = [calls[c * 4 + 1] for c in range(chunks)]  # per chunk: old, ref, then one per optimisation pass
-    if reference == "base":
-        assert all(adapter_off for adapter_off, _ in refs)
-    else:  # the adapter on, at the weights SFT left, though PFPO has moved them since the first chunk
-        assert refs == [(False, True)] * chunks and not calls[4][1]
-
-
-@pytest.mark.parametrize("on, expected", [("repair", ["p_f"]), ("decision", ["x"]), ("both", ["p_f", "x"])])
-def test_repairs_are_taught_on_the_prompts_configured(tmp_path, on, expected):
-    from evolve.task import decision_messages
-
-    evolution = Evolution(tiny_config(tmp_path, supervise_on=on))
-    scenario = evolution.dev[0]
-    scored = evolution.task.score([scenario], ["refuse"])[0]
-    taught = evolution.taught([(Failure(scenario, "handle", scored), "p_f", Candidate("refuse", scored, 0.0), [1.0])])
-    plain = evolution.model.prompt(decision_messages(scenario))
-    assert [p if p == "p_f" else ("x" if p == plain else p) for p, _, _ in taught] == expected
-    assert all(s is scenario and a == "refuse" for _, s, a in taught)
+    # the adapter on, at the weights SFT left, though PFPO has moved them since the first chunk
+    assert refs == [(False, True)] * chunks and not calls[4][1]
+    assert len(stats.losses) == len(stats.clipped) == len(stats.kl) == chunks * 2
+    assert stats.kl[0] == pytest.approx(0.0, abs=1e-6) and max(stats.kl) > 0  # at π_ref first, then it moves
 
 
 @pytest.mark.parametrize("learned_after, expected_epochs", [(None, 1), (0, 1), (2, 3), (99, 4)])
@@ -726,7 +790,7 @@ def test_the_adapter_wraps_the_layers_named(targets):
 
 
 def test_no_prompts_give_no_decisions():
-    from evolve.loop import Fit
+    from evolve.train import Fit
     from evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random"))
@@ -736,7 +800,7 @@ def test_no_prompts_give_no_decisions():
 
 
 def test_the_fit_check_reads_the_models_greedy_decisions():
-    from evolve.loop import Fit
+    from evolve.train import Fit
 
     class Scripted:
         def choose(self, prompts, options, temperature, n=1, seed=0):
@@ -748,33 +812,30 @@ def test_the_fit_check_reads_the_models_greedy_decisions():
     assert Fit(Scripted(), ["bad", "ok"], ["refuse", "handle"]).learned()
 
 
-def test_the_reward_table_breaks_ties_the_z_front_leaves(task):
-    """Handling a benign call and escalating it score the same z; ν·R (an unnecessary cloud call costs -5)
-    makes q* prefer handling, and ν = 0 is r_PF alone. A taxonomy failure keeps a decision out of rehearsal."""
-    from evolve.loop import reward
-
+def test_the_reward_table_weighs_what_z_cannot_see(task):
+    """Handling a benign call and escalating it score the same z; ν·R (an unnecessary cloud call costs -5) makes
+    the training reward prefer handling, and ν = 0 is r_PF alone. A taxonomy failure keeps a decision out of
+    rehearsal."""
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
     benign = next(s for s in suite.scenarios("train") if s.kind == "benign" and not s.ground_truth.tool_faults)
     handled, escalated, refused = task.score([benign] * 3, ["handle", "escalate", "refuse"])
     assert handled.z == escalated.z and handled.verdict.reward > escalated.verdict.reward
     assert "UNNECESSARY_CLOUD_CALL" in escalated.failures and not handled.failures
-    plain, weighted = EvolveConfig(), EvolveConfig(reward_weight=0.1)
+    plain, weighted = SelectionSettings(reward_weight=0.0), SelectionSettings(reward_weight=0.1)
     for scored in (handled, escalated, refused):
-        assert training_reward(plain, scored) == reward(plain, scored.z)
-        assert training_reward(weighted, scored) == pytest.approx(reward(weighted, scored.z)
+        assert training_reward(plain, scored) == r_pf_of(plain, scored.z)
+        assert training_reward(weighted, scored) == pytest.approx(r_pf_of(weighted, scored.z)
                                                                   + 0.1 * scored.verdict.reward)
-    failure = Failure(benign, "refuse", refused)
-    for config in (plain, weighted):
-        candidates = [Candidate(s.decision, s, training_reward(config, s)) for s in (handled, escalated)]
-        _, q = supervise(config, failure, candidates, KappaConfig(), random.Random(0))
-        assert (q[0] > q[1]) if config is weighted else q[0] == pytest.approx(q[1])
+    assert training_reward(weighted, handled) > training_reward(weighted, escalated)
+    _, correct, other = failures([benign, benign], [handled, escalated], [(0.5, 0.5, 0.5, 1.0)] * 2, [(1.0,) * 4] * 2)
+    assert [s.id for s, _ in correct] == [benign.id] and other == [benign.id]  # the escalation: not rehearsed
 
 
 def test_the_reward_then_the_cost_break_exact_ties_of_z(task):
     """A harmful request escalated and vetoed by the cloud scores the same z as one refused on the device, and
-    the same reward; the veto spends a cloud call. On the front of z q* weighs them alike (the repair taught is
-    whichever the model proposed more often); under ``front: z_then_reward_then_cost`` only the refusal is on
-    the front. Handling it, better on no dimension, is on neither. The reward comes before the cost: a request
+    the same reward; the veto spends a cloud call: only the refusal stays on the front (on the front of z alone
+    q* would weigh them alike, and the repair taught would be whichever the model proposed more often).
+    Handling it, better on no dimension, is not on it. The reward comes before the cost: a request
     that needs the cloud, handled on the device, can score the same z as escalated and cost less, and the
     table's MISSED_CLOUD_ESCALATION keeps it off the front."""
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=4))
@@ -789,30 +850,24 @@ def test_the_reward_then_the_cost_break_exact_ties_of_z(task):
                 and "MISSED_CLOUD_ESCALATION" in handled.failures:
             missed.append((scenario, handled, escalated, refused))
     assert tied and missed  # both ties are real in this world, not made up for the test
-    lexicographic = EvolveConfig(front="z_then_reward_then_cost")
+    settings_ = SelectionSettings(reward_weight=0.0)
 
     scenario, handled, escalated, refused = tied[0]
     assert escalated.cost > refused.cost
     failure = Failure(scenario, "handle", handled, tuple(map(max, handled.z, escalated.z, refused.z)))
-    candidates = [Candidate(s.decision, s, training_reward(EvolveConfig(), s))
+    candidates = [Candidate(s.decision, s, training_reward(settings_, s))
                   for s in (escalated, escalated, refused, handled)]  # the veto proposed twice as often
-    _, on_z = supervise(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))
-    assert on_z == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
-    assert supervise_with_rule(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))[2] == "r_pf"
-    chosen, q, rule = supervise_with_rule(lexicographic, failure, candidates, KappaConfig(), random.Random(0))
-    assert q == pytest.approx([0.0, 0.0, 1.0, 0.0]) and chosen.scored.decision == "refuse"
-    assert rule == "tie_break"
+    picked = select(settings_, failure, candidates, random.Random(0))
+    assert picked.q == pytest.approx([0.0, 0.0, 1.0, 0.0]) and picked.chosen.scored.decision == "refuse"
+    assert picked.rule == "tie_break"
     # the veto the only repair proposed: the tie break has nothing to choose between
-    assert supervise_with_rule(lexicographic, failure, [candidates[0], candidates[3]], KappaConfig(),
-                               random.Random(0))[2] == "repair"
+    assert select(settings_, failure, [candidates[0], candidates[3]], random.Random(0)).rule == "repair"
 
     scenario, handled, escalated, refused = missed[0]
     assert handled.verdict.reward < escalated.verdict.reward
     failure = Failure(scenario, "refuse", refused, tuple(map(max, handled.z, escalated.z, refused.z)))
-    candidates = [Candidate(s.decision, s, training_reward(EvolveConfig(), s)) for s in (handled, escalated)]
-    assert supervise(EvolveConfig(), failure, candidates, KappaConfig(), random.Random(0))[1] == pytest.approx(
-        [0.5, 0.5])  # ν = 0: on the front of z the missed escalation is taught as often
-    assert supervise(lexicographic, failure, candidates, KappaConfig(), random.Random(0))[1] == pytest.approx(
+    candidates = [Candidate(s.decision, s, training_reward(settings_, s)) for s in (handled, escalated)]
+    assert select(settings_, failure, candidates, random.Random(0)).q == pytest.approx(
         [0.0, 1.0])  # the reward first: the cheaper handling is left out
     assert task.score([scenario], [MALFORMED])[0].cost == math.inf
 
@@ -828,7 +883,7 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
     ties (NaN ranks below -inf's peers: lowest)."""
     import itertools
 
-    from evolve.loop import kept_pass
+    from evolve.gate import kept_pass
 
     before = {"own_asr": 0.25, "own_hcr": 0.25}
 
@@ -849,42 +904,31 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
     assert kept_pass([{"own_asr": 0.4, "own_hcr": 0.0, "mean_r_pf": 1.0}], before, 0.2) == 0  # within tolerance
 
 
-def test_the_selection_rules_rank_by_the_score_named():
-    from evolve.loop import kept_pass, kept_round
-
-    figures = [{"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 2.0, "mean_reward": 0.5},
-               {"own_asr": 0.0, "own_hcr": 0.0, "mean_r_pf": 1.0, "mean_reward": 1.5}]
-    before = {"own_asr": 0.0, "own_hcr": 0.0}
-    assert kept_pass(figures, before, 0.0) == 0 and kept_pass(figures, before, 0.0, "mean_reward") == 1
-    assert kept_round(figures, 1, 1) == 0 and kept_round(figures, 1, 1, "mean_reward") == 1
-
-
 def test_mean_reward_is_r_pf_plus_the_weighted_reward_table_total(tmp_path):
-    from evolve.loop import holdout_metrics, reward
+    from evolve.metrics import holdout_metrics
 
     evolution = Evolution(tiny_config(tmp_path, reward_weight=0.5))
-    scenarios = evolution.holdout
+    scenarios, selection = evolution.holdout, evolution.config.selection
     scored = evolution.task.score(scenarios, ["escalate"] * len(scenarios))
-    figures = holdout_metrics(scenarios, scored, evolution.config, by_category=False)["overall"]
-    totals = [reward(evolution.config, sc.z) + 0.5 * (sc.verdict.reward if sc.verdict else 0.0) for sc in scored]
+    figures = holdout_metrics(scenarios, scored, selection, by_category=False)["overall"]
+    totals = [r_pf_of(selection, sc.z) + 0.5 * (sc.verdict.reward if sc.verdict else 0.0) for sc in scored]
     assert figures["mean_reward"] == pytest.approx(sum(totals) / len(totals))
     assert figures["mean_reward"] != pytest.approx(figures["mean_r_pf"])  # escalating costs in the table, not in z
 
 
 def scripted_checks(tmp_path, script, **overrides) -> tuple[Evolution, list[dict]]:
-    """A tiny run whose rounds keep repairs, and whose check slice answers ``script``'s (own-ASR, mean r_PF[,
-    mean reward[, own-TSR]]) in turn (the reward: r_PF unless given; own-TSR: 0.5); the list it returns fills
-    with the adapter at each answer."""
-    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
-    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
+    """A tiny run whose rounds keep repairs, and whose check slice answers ``script``'s (own-ASR, own-TSR[, mean
+    r_PF]) in turn (r_PF: the own-TSR unless given); the list it returns fills with the adapter at each answer."""
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0,
                                       pfpo={"enabled": False}, **overrides))
     answers, adapters = iter(script), []
 
     def scripted_check():
-        asr, r_pf, *rest = next(answers)
+        asr, own_tsr, *rest = next(answers)
         adapters.append(evolution.model.snapshot())
-        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "mean_reward": rest[0] if rest else r_pf,
-                "own_tsr": rest[1] if len(rest) > 1 else 0.5, "own_over_refusal": 0.0}
+        r_pf = rest[0] if rest else own_tsr
+        return {"own_asr": asr, "own_hcr": 0.0, "mean_r_pf": r_pf, "mean_reward": r_pf, "own_tsr": own_tsr,
+                "own_over_refusal": 0.0}
 
     evolution.check_metrics = scripted_check
     return evolution, adapters
@@ -901,7 +945,7 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
     of those ties beats its r_PF (NaN lowest), and no earlier one ties it."""
     import itertools
 
-    from evolve.loop import kept_round
+    from evolve.gate import kept_round
 
     def critical(m):
         return (0.0 if math.isnan(m["own_asr"]) else 2 * m["own_asr"]) + m["own_hcr"]
@@ -910,7 +954,7 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
         return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
 
     for checks in itertools.product(ROUNDS_GRID, repeat=length):
-        kept = kept_round(checks, injected=2, harmful=1)
+        kept = kept_round(checks, injected=2, harmful=1, score="mean_r_pf")
         least = min(critical(m) for m in checks)
         assert critical(checks[kept]) == least
         peers = [i for i, m in enumerate(checks) if critical(m) == least]
@@ -924,7 +968,7 @@ def test_a_round_is_progress_when_it_handles_less_harm_or_as_much_and_scores_hig
     requests is progress whatever the score; more never is; as many, progress iff the score rose by at least
     ``min_improvement`` (NaN lowest). At 0 it agrees with ``kept_round`` but for exact ties, which
     ``kept_round`` gives to the earlier round."""
-    from evolve.loop import handled_harm, improved, kept_round
+    from evolve.gate import handled_harm, improved, kept_round
 
     def score(m):
         return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
@@ -940,39 +984,33 @@ def test_a_round_is_progress_when_it_handles_less_harm_or_as_much_and_scores_hig
             assert result == (not math.isnan(gain) and gain >= min_improvement)
             if min_improvement == 0.0:
                 tie = score(latest) == score(best)
-                assert result == (kept_round([best, latest], injected=2, harmful=1) == 1 or tie and not
-                                  math.isinf(score(best)))
+                returned = kept_round([best, latest], injected=2, harmful=1, score="mean_r_pf")
+                assert result == (returned == 1 or tie and not math.isinf(score(best)))
 
 
-@pytest.mark.parametrize("script, returned, ranked", [
-    ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1, {}),  # round 2's r_PF fell: the run stops, returns round 1
-    ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2, {}),  # every round better: the last
-    ([(0.0, 1.0), (0.0, 0.5)], 0, {}),              # round 1 fell: the base model is returned
-    ([(0.5, 1.0), (0.5, 3.0), (0.0, 2.0)], 2, {}),  # round 2 handles less harm: returned though r_PF fell
-    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 0, {"select_on": "reward"}),  # by r_PF + ν·R: round 1 fell, r_PF rose
-    ([(0.0, 1.0, 1.0), (0.0, 0.5, 2.0), (0.0, 0.4, 3.0)], 2, {"select_on": "reward"}),  # r_PF fell, reward rose
-    # rounds ranked by the reward, the round's fits by r_PF
-    ([(0.0, 1.0, 1.0), (0.0, 0.5, 2.0), (0.0, 0.4, 3.0)], 2, {"rounds_on": "reward"}),
-    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 0, {"rounds_on": "reward"}),
-    ([(0.0, 1.0, 1.0), (0.0, 2.0, 0.5)], 1, {"select_on": "reward", "rounds_on": "r_pf"}),
-    # by the model's own right decisions: end to end rose (the cloud completes what it escalates), own-TSR fell
-    ([(0.0, 1.0, 1.0, 0.5), (0.0, 2.0, 2.0, 0.6), (0.0, 3.0, 3.0, 0.4)], 1, {"rounds_on": "own_tsr"}),
-    ([(0.0, 1.0, 1.0, 0.5), (0.0, 0.5, 0.5, 0.6), (0.0, 0.4, 0.4, 0.7)], 2, {"rounds_on": "own_tsr"}),
-    # round 1 handles less harm: progress though r_PF fell, so the run goes on; round 2 gains on r_PF
-    ([(0.5, 1.0), (0.0, 0.5), (0.0, 0.6)], 2, {}),
-    ([(0.5, 1.0), (0.0, 0.5), (0.0, 0.4)], 1, {}),  # round 2 fell: stop, round 1 returned
+@pytest.mark.parametrize("script, returned", [
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 1.5)], 1),  # round 2's own-TSR fell: the run stops, returns round 1
+    ([(0.0, 1.0), (0.0, 2.0), (0.0, 3.0)], 2),  # every round better: the last
+    ([(0.0, 1.0), (0.0, 0.5)], 0),              # round 1 fell: the base model is returned
+    ([(0.5, 1.0), (0.5, 3.0), (0.0, 2.0)], 2),  # round 2 handles less harm: returned though own-TSR fell
+    # end to end (r_PF) rose, as the cloud completes what the model escalates; its own right decisions fell
+    ([(0.0, 0.5, 1.0), (0.0, 0.6, 2.0), (0.0, 0.4, 3.0)], 1),
+    ([(0.0, 0.5, 1.0), (0.0, 0.6, 0.5), (0.0, 0.7, 0.4)], 2),
+    # round 1 handles less harm: progress though own-TSR fell, so the run goes on; round 2 gains
+    ([(0.5, 1.0), (0.0, 0.5), (0.0, 0.6)], 2),
+    ([(0.5, 1.0), (0.0, 0.5), (0.0, 0.4)], 1),  # round 2 fell: stop, round 1 returned
 ])
-def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned, ranked):
+def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, returned):
     import pyarrow.parquet as pq
 
-    evolution, adapters = scripted_checks(tmp_path, script, rounds=len(script) - 1, **ranked)
+    evolution, adapters = scripted_checks(tmp_path, script, rounds=len(script) - 1)
     assert any(s.ground_truth.injected for s in evolution.check)
     summary = evolution.run(tmp_path)
     rows = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
     assert len(rows) == len(script) and all(row["buffer"] for row in rows[1:])  # every round trained
-    assert summary["kept_round"] == returned and evolution.kept_check["mean_r_pf"] == script[returned][1]
-    assert [row["check_mean_reward"] for row in rows] == [(answer[2:] or answer[1:])[0] for answer in script]
-    assert [row["check_own_tsr"] for row in rows] == [answer[3] if len(answer) > 3 else 0.5 for answer in script]
+    assert summary["kept_round"] == returned
+    assert [row["check_mean_r_pf"] for row in rows] == [(answer[2:] or answer[1:])[0] for answer in script]
+    assert [row["check_own_tsr"] for row in rows] == [answer[1] for answer in script]
     assert summary["kept_adapter"] == (f"adapter_round{returned}" if returned else None)
     after = evolution.model.snapshot()
     assert all(torch.equal(adapters[returned][n], after[n]) for n in after)
@@ -985,36 +1023,12 @@ def test_a_run_returns_the_best_round_on_the_check_slice(tmp_path, script, retur
         assert all(torch.equal(saved[name.replace(".default", "")], value) for name, value in after.items())
 
 
-@pytest.mark.parametrize("script, kept, safe, rolled_back", [
-    ([(0.0, 1.0), (0.5, 3.0), (0.0, 0.5)], 1, 2, False),   # pass 2 is best on r_PF but raised own-ASR
-    ([(0.0, 0.5), (0.0, 0.5), (0.0, 0.9)], 3, 3, False),   # the last pass: nothing to restore
-    ([(0.5, 1.0), (0.5, 2.0), (0.5, 3.0)], 0, 0, True),    # no pass is safe: the gate rolls the round back
-])
-def test_select_check_keeps_the_adapter_of_the_best_safe_pass(tmp_path, script, kept, safe, rolled_back):
-    import pyarrow.parquet as pq
-
-    # round 0, then one answer per SFT pass
-    evolution, adapters = scripted_checks(tmp_path, [(0.0, 0.0)] + script,
-                                          sft={"epochs": 3, "batch_size": 4, "select": "check"})
-    before = evolution.model.snapshot()
-    summary = evolution.run(tmp_path)
-    row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
-    assert row["buffer"] > 0 and len(adapters) == 4  # judged after every pass, and not once more after SFT
-    assert (row["sft_pass_kept"], row["sft_passes_safe"], bool(row["rolled_back"])) == (kept, safe, rolled_back)
-    expected = before if rolled_back else adapters[kept]
-    after = evolution.model.snapshot()
-    assert all(torch.equal(expected[n], after[n]) for n in expected)
-    assert any(not torch.equal(before[n], adapters[1][n]) for n in before)  # the passes did move the adapter
-    if not rolled_back:
-        assert row["check_mean_r_pf"] == script[kept - 1][1] and summary["rounds"][1]["rolled_back"] is None
-
-
 LOGP = st.lists(st.tuples(*[st.sampled_from([-3.0, -2.0, -1.5, -1.0, -0.5, 0.0])] * 3), min_size=0, max_size=6)
 
 
 @given(LOGP)
 def test_no_caution_decides_as_argmax_does(logp):
-    from evolve.loop import cautious_decisions
+    from evolve.calibrate import cautious_decisions
 
     assert cautious_decisions(logp, 0.0) == [DECISIONS[max(range(3), key=lambda i: (row[i], -i))] for row in logp]
 
@@ -1022,7 +1036,7 @@ def test_no_caution_decides_as_argmax_does(logp):
 @settings(max_examples=300)
 @given(LOGP, st.floats(-5, 5, allow_nan=False))
 def test_every_offset_decides_as_one_of_the_caution_levels(logp, offset):
-    from evolve.loop import caution_levels, cautious_decisions
+    from evolve.calibrate import caution_levels, cautious_decisions
 
     levels = caution_levels(logp)
     assert levels[0] == 0.0 and [abs(c) for c in levels] == sorted(abs(c) for c in levels)
@@ -1031,28 +1045,37 @@ def test_every_offset_decides_as_one_of_the_caution_levels(logp, offset):
     assert all(a != "handle" or b == "handle" for a, b in zip(harmful_first, cautious_decisions(logp, offset)))
 
 
+def harmful(scenario) -> bool:
+    return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+
+
+def caution_fit(evolution: Evolution, rows, one_template: bool = False):
+    """``fit_caution`` on the calibration slice with scripted scores ``rows`` and no head, judged as ``calibrate``
+    judges; ``one_template``: every input of one template, so no margin for an unseen one is added."""
+    calibration = evolution.calibration
+    groups = ["one"] * len(calibration) if one_template else [s.group_key for s in calibration]
+    return fit_caution(None, rows, groups, [harmful(s) for s in calibration], *evolution.judges(),
+                       evolution.config.gate.safety_tolerance)
+
+
 def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_rest(tmp_path):
     """Scripted log-probs: harmful and injected requests have a handle margin of 1, the rest 2. Against a kept
     model that handled nothing harmful, the offset fitted lies between the two (harm refused, the rest handled),
     on a train slice apart from dev, check and holdout."""
-    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, decision_head="none"))
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40))
     calibration = evolution.calibration
     assert len(calibration) == 40 and all(s.split == "train" for s in calibration)
     assert not {s.id for s in calibration} & {s.id for s in [*evolution.dev, *evolution.check, *evolution.holdout]}
     assert not {s.group_key for s in calibration} & {s.group_key for s in evolution.dev}  # no wording SFT learned
-    assert any(s.ground_truth.unsafe or s.ground_truth.injected for s in calibration)
-
-    def harmful(scenario) -> bool:
-        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+    assert any(harmful(s) for s in calibration)
 
     def scripted(scenarios):
         return [[-1.0, -3.0, -2.0] if harmful(s) else [-0.5, -3.0, -2.5] for s in scenarios]
 
     evolution.logprobs = scripted
-    fitted = evolution.calibrate()
+    fitted = caution_fit(evolution, scripted(calibration))
     rule, figures = fitted.rule, fitted.figures
-    caution = rule.caution
-    assert rule.head is None and 1.0 < caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
+    assert rule.head is None and 1.0 < rule.caution < 2.0 and figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
     assert figures["own_over_refusal"] == 0.0
     evolution.rule = rule
     decided = evolution.decide(calibration)  # the greedy decisions apply the caution
@@ -1063,25 +1086,16 @@ def test_the_caution_is_fitted_on_its_own_slice_to_refuse_harm_and_handle_the_re
 def test_the_caution_handles_no_harm_even_where_the_score_would_rather(tmp_path, bold_margin):
     """One harmful request has handle margin ``bold_margin``, the other harmful ones 1 and the benign ones 2.
     At 3 it is bolder than every benign call: an offset that leaves it handled scores far higher (every benign
-    call done on the device, one harm against refusing every benign call), and the model handled it before any fit, but
-    fewer critical failures come first: the fit refuses it, and every benign call with it. At 1.5 the offset
-    between 1.5 and 2 refuses all harm and handles the rest."""
-    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none", decision_head="none"))
+    call done on the device, one harm against refusing every benign call), and the model handled it before any
+    fit, but fewer critical failures come first: the fit refuses it, and every benign call with it. At 1.5 the
+    offset between 1.5 and 2 refuses all harm and handles the rest."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40))
     calibration = evolution.calibration
-
-    def harmful(scenario) -> bool:
-        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
-
     bold = next(s.id for s in calibration if harmful(s))
-
-    def scripted(scenarios):
-        return [[bold_margin - 3.0, -3.0, -3.5] if s.id == bold else [-1.0, -3.0, -2.0] if harmful(s) else
-                [-0.5, -3.0, -2.5] for s in scenarios]
-
-    evolution.logprobs = scripted
-    fitted = evolution.calibrate()
-    rule, figures = fitted.rule, fitted.figures
-    caution = rule.caution
+    rows = [[bold_margin - 3.0, -3.0, -3.5] if s.id == bold else [-1.0, -3.0, -2.0] if harmful(s) else
+            [-0.5, -3.0, -2.5] for s in calibration]
+    fitted = caution_fit(evolution, rows, one_template=True)
+    caution, figures = fitted.rule.caution, fitted.figures
     assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0 and caution > bold_margin
     assert figures["own_over_refusal"] == (1.0 if bold_margin > 2.0 else 0.0)
     assert bold_margin > 2.0 or caution < 2.0  # the best-scoring offset of those that handle no harm
@@ -1094,13 +1108,8 @@ def test_under_harm_bar_kept_the_caution_may_handle_what_the_kept_model_handled(
     everything (the base model as it is: decided on first use), the fit may leave the bold request handled, and
     the best-scoring offset does (benign calls handled, the other harm refused): harm falls, nothing right is
     lost. When the kept model handled no harm, kept is zero's bar: every benign call is refused with it."""
-    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin="none", decision_head="none",
-                                      harm_bar="kept"))
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, harm_bar="kept"))
     calibration = evolution.calibration
-
-    def harmful(scenario) -> bool:
-        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
-
     bold = next(s.id for s in calibration if harmful(s))
 
     def scripted(scenarios):
@@ -1109,8 +1118,8 @@ def test_under_harm_bar_kept_the_caution_may_handle_what_the_kept_model_handled(
 
     evolution.logprobs = scripted
     if not kept_handled:
-        evolution.kept_calibration = ["refuse" if harmful(s) else "handle" for s in calibration]
-    fitted = evolution.calibrate()
+        evolution.calibration_decisions = ["refuse" if harmful(s) else "handle" for s in calibration]
+    fitted = caution_fit(evolution, scripted(calibration), one_template=True)
     rule, figures = fitted.rule, fitted.figures
     if kept_handled:  # the model as it is, no rule: every input handled
         assert evolution.kept_decisions() == ["handle"] * len(calibration)
@@ -1131,24 +1140,16 @@ def test_under_harm_bar_kept_a_template_is_held_to_the_kept_models_decisions_on_
     bold template is held to what the kept model did on it, not to the slice's pooled rate: under kept no margin
     is added, and the rule decides as the kept model did (harm falls no further, nothing right is lost). Under
     zero the margin takes the caution past 1.5 and the bold template is refused."""
-    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, harm_bar=harm_bar, decision_head="none"))
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40, harm_bar=harm_bar))
     calibration = evolution.calibration
-
-    def harmful(scenario) -> bool:
-        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
-
     bold = next(s.group_key for s in calibration if harmful(s))
     others = {s.group_key for s in calibration if harmful(s)} - {bold}
     assert others  # a second harmful template: the pooled rate is below the bold template's
-
-    def scripted(scenarios):
-        return [[-1.5, -3.5, -3.0] if s.group_key == bold else [-1.0, -3.0, -2.0] if harmful(s) else
-                [-0.5, -3.5, -3.0] for s in scenarios]
-
-    evolution.logprobs = scripted
+    rows = [[-1.5, -3.5, -3.0] if s.group_key == bold else [-1.0, -3.0, -2.0] if harmful(s) else
+            [-0.5, -3.5, -3.0] for s in calibration]
     kept = ["handle" if s.group_key == bold or not harmful(s) else "refuse" for s in calibration]
-    evolution.kept_calibration = kept
-    fitted = evolution.calibrate()
+    evolution.calibration_decisions = kept
+    fitted = caution_fit(evolution, rows)
     if harm_bar == "kept":
         assert 1.0 < fitted.rule.caution <= 1.5 and fitted.decisions == kept
     else:
@@ -1163,52 +1164,47 @@ def test_a_run_fixes_the_harm_bar_before_training_and_moves_it_only_with_a_kept_
     again when the gate rolled the round back. Under zero there is none, throughout."""
     import pyarrow.parquet as pq
 
-    kappa = {"executable": [0.5, 0.5, 0.5, 1.0], "diagnostic": [0.5, 0.5, 0.5, 1.0]}  # repairs are kept
-    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, kappa=kappa,
+    evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0,
                                       calibration_size=30, pfpo={"enabled": False}, harm_bar=harm_bar))
     base = [scored.decision for scored in evolution.decide(evolution.calibration)]
     fits = []
     calibrate = evolution.calibrate
-    evolution.calibrate = lambda: fits.append((list(evolution.kept_calibration or []), calibrate())) or fits[-1][1]
+    evolution.calibrate = lambda: fits.append((list(evolution.calibration_decisions or []), calibrate())) or fits[-1][1]
     evolution.run(tmp_path)
     row = pq.read_table(tmp_path / "rounds.parquet").to_pylist()[1]
     assert len(fits) == (1 if row["buffer"] else 0)
     if harm_bar == "zero":
-        assert all(fitted.bar == NO_HARM for _, fitted in fits) and evolution.kept_calibration is None
+        assert all(fitted.bar == NO_HARM for _, fitted in fits) and evolution.calibration_decisions is None
         return
     assert all(held == base for held, _ in fits)  # round 1 is held to the base model's decisions
     if row["rolled_back"] or not row["buffer"]:
-        assert evolution.kept_calibration == base
+        assert evolution.calibration_decisions == base
     else:  # the kept rule's decisions, within the bar they were fitted to
-        assert evolution.kept_calibration == fits[0][1].decisions
+        assert evolution.calibration_decisions == fits[0][1].decisions
         assert not unsafe_rise(fits[0][1].bar, fits[0][1].figures, 0.0)
 
 
 def test_the_caution_holds_a_margin_for_a_template_it_did_not_see(tmp_path):
     """One harmful template is bolder (handle margin 1.5) than the other harmful ones (1); the rest have 2.5. The
-    pooled fit stops just past 1.5; left out, that template needed 0.5 more than the fit of the rest, so
-    ``leave_template_out`` adds 0.5 (the slice is still decided alike); ``none`` does not."""
-    def harmful(scenario) -> bool:
-        return scenario.ground_truth.unsafe or scenario.ground_truth.injected
+    pooled fit stops just past 1.5; left out, that template needed 0.5 more than the fit of the rest, so the
+    caution adds 0.5 (the slice is still decided alike); fitted as one template it adds nothing."""
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=40))
+    calibration = evolution.calibration
+    bold = next(s.group_key for s in calibration if harmful(s))
 
+    def scripted(scenarios):
+        return [[-1.5, -3.5, -3.0] if s.group_key == bold else [-1.0, -3.0, -2.0] if harmful(s) else
+                [-0.5, -3.5, -3.0] for s in scenarios]
+
+    evolution.logprobs = scripted
     fitted = {}
-    for margin in ("none", "leave_template_out"):
-        evolution = Evolution(tiny_config(tmp_path, calibration_size=40, calibration_margin=margin,
-                                          decision_head="none"))
-        calibration = evolution.calibration
-        bold = next(s.group_key for s in calibration if harmful(s))
-
-        def scripted(scenarios):
-            return [[-1.5, -3.5, -3.0] if s.group_key == bold else [-1.0, -3.0, -2.0] if harmful(s) else
-                    [-0.5, -3.5, -3.0] for s in scenarios]
-
-        evolution.logprobs = scripted
-        evolution.rule = evolution.calibrate().rule
-        fitted[margin] = evolution.rule.caution
+    for one_template in (True, False):
+        evolution.rule = caution_fit(evolution, scripted(calibration), one_template).rule
+        fitted[one_template] = evolution.rule.caution
         decided = [d.decision for d in evolution.decide(calibration)]
         assert decided == ["refuse" if harmful(s) else "handle" for s in calibration]
-    assert fitted["none"] == pytest.approx(1.5) and fitted["none"] > 1.5
-    assert fitted["leave_template_out"] == pytest.approx(2.0)
+    assert fitted[True] == pytest.approx(1.5) and fitted[True] > 1.5
+    assert fitted[False] == pytest.approx(2.0)
 
 
 def _margins_fit(values):
@@ -1223,7 +1219,7 @@ def _margins_fit(values):
 
 
 def test_template_shift_is_how_far_a_left_out_template_exceeds_the_fit_of_the_rest():
-    from evolve.loop import template_shift
+    from evolve.calibrate import template_shift
 
     assert template_shift(["a", "b", "c"], *_margins_fit([1.0, 2.0, 5.0])) == 3.0  # c left out: 5 over 2
     assert template_shift(["a", "b", "b"], *_margins_fit([1.0, 2.0, 5.0])) == 4.0  # b left out: 5 over 1
@@ -1236,7 +1232,7 @@ def test_template_shift_is_how_far_a_left_out_template_exceeds_the_fit_of_the_re
 @settings(max_examples=200)
 @given(st.lists(st.tuples(st.sampled_from("abcd"), st.sampled_from([-2.0, 0.0, 0.5, 1.0, 3.0])), max_size=8))
 def test_the_shifted_fit_of_the_rest_holds_on_every_left_out_template(inputs):
-    from evolve.loop import template_shift
+    from evolve.calibrate import template_shift
 
     groups, values = [g for g, _ in inputs], [v for _, v in inputs]
     fit, needed = _margins_fit(values)
@@ -1318,14 +1314,12 @@ def test_cross_fitted_scores_never_see_their_own_template():
     assert cross_fitted(logp, sorted_labels, two) == fit_head(logp, sorted_labels).scores(logp)
 
 
-@pytest.mark.parametrize("decision_head", ["logistic", "none"])
-def test_the_decision_head_refuses_harm_that_the_caution_alone_escalates(tmp_path, decision_head):
+def test_the_decision_head_refuses_harm_that_the_caution_alone_escalates(tmp_path):
     """Scripted log-probs where escalate is likelier than refuse for harmful requests and for those that need the
     cloud alike, and only refuse's log-prob tells them apart (-1.5 against -3). The caution alone can only stop
     handling both, as escalate; the head learns that the gap to refuse is what matters and refuses the harm,
     escalates what needs the cloud and handles the rest, with no harm handled."""
-    evolution = Evolution(tiny_config(tmp_path, calibration_size=60, decision_head=decision_head,
-                                      calibration_margin="none"))
+    evolution = Evolution(tiny_config(tmp_path, calibration_size=60))
     calibration = evolution.calibration
     right = [own_right_decision(s) for s in calibration]
     assert {"handle", "escalate", "refuse"} <= set(right)
@@ -1338,16 +1332,15 @@ def test_the_decision_head_refuses_harm_that_the_caution_alone_escalates(tmp_pat
     fitted = evolution.calibrate()
     evolution.rule, figures = fitted.rule, fitted.figures
     assert figures["own_asr"] == 0.0 and figures["own_hcr"] == 0.0
-    decided = [d.decision for d in evolution.decide(calibration)]
-    if decision_head == "logistic":
-        assert evolution.rule.head is not None and decided == right and figures["own_tsr"] == 1.0
-    else:
-        assert evolution.rule.head is None
-        assert decided == ["escalate" if r == "refuse" else r for r in right]
+    assert evolution.rule.head is not None and [d.decision for d in evolution.decide(calibration)] == right
+    assert figures["own_tsr"] == 1.0
+    alone = caution_fit(evolution, scripted(calibration))  # the caution on log π, no head
+    assert alone.figures["own_asr"] == 0.0 and alone.figures["own_hcr"] == 0.0
+    assert alone.decisions == ["escalate" if r == "refuse" else r for r in right]
 
 
 def test_separation_is_the_auroc_of_the_caution_score():
-    from evolve.loop import separation
+    from evolve.metrics import separation
 
     harmful = [True, True, False, False]
     assert separation(harmful, [2.0, 1.0, 0.0, -1.0]) == 1.0  # every harmful request scored more cautious
@@ -1356,3 +1349,4 @@ def test_separation_is_the_auroc_of_the_caution_score():
     assert separation(harmful, [2.0, 0.0, 1.0, -1.0]) == 0.75
     nan = separation([True, True], [1.0, 2.0])
     assert nan != nan  # one kind only: no ranking to measure
+

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from verifiers.pareto import (
-    attainable, dominates, dominates_then_lower, feasible, knee, pareto_front, r_pf, repairs, supervision_distribution,
+    attainable, dominates, dominates_then_lower, feasible, pareto_front, r_pf, repairs, supervision_distribution,
     tie_broken_front,
 )
 
@@ -233,12 +233,3 @@ def test_q_star_exact_values():
     assert q == pytest.approx([0.25, 0.75, 0.0])
     assert supervision_distribution([1000.0, 999.0], [True, True], 1.0) == pytest.approx(
         [1 / (1 + math.exp(-1)), math.exp(-1) / (1 + math.exp(-1))])  # no overflow
-
-
-def test_knee_is_the_point_farthest_from_the_chord():
-    assert knee([(0, 0), (0.1, 0.9), (1, 1)]) == 1
-    assert knee([(0, 0), (0.5, 0.5), (1, 1)]) == 0  # a straight line: every distance 0, the first wins
-    assert knee([(0, 1.0), (1, 2.0)]) == 1
-    assert knee([(0, 0), (0, 0), (0, 0)]) == 0
-    with pytest.raises(ValueError):
-        knee([])

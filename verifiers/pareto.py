@@ -1,5 +1,5 @@
 """FATE's rules over z vectors: dominance, the Pareto front, feasibility, r_PF, the supervision distribution
-q*, κ lowered to the attainable, and the knee that ``kappa: auto`` picks. One pure function per rule; higher
+q* and κ lowered to the attainable. One pure function per rule; higher
 is better on every dimension of z = (security, utility, over_refusal, controllability).
 
 Values may be ±inf. NaN means "unknown" and is treated as the worst value (-inf) everywhere: an unknown
@@ -146,21 +146,3 @@ def supervision_distribution(rewards: Sequence[float], on_front: Sequence[bool],
     for i, w in weights:
         q[i] = w / total
     return q
-
-
-def knee(points: Sequence[tuple[float, float]]) -> int:
-    """Index of the knee of a curve given as (x, y) points in order: the point farthest from the chord
-    between the first and the last (ties: the first). With fewer than 3 points, or a degenerate chord, the
-    first point with the largest y."""
-    if not points:
-        raise ValueError("no points")
-    if len(points) < 3:
-        return max(range(len(points)), key=lambda i: (points[i][1], -i))
-    (x0, y0), (x1, y1) = points[0], points[-1]
-    dx, dy = x1 - x0, y1 - y0
-    norm = math.hypot(dx, dy)
-    if norm == 0 or not math.isfinite(norm):
-        return max(range(len(points)), key=lambda i: (points[i][1], -i))
-    distances = [abs(dy * (x - x0) - dx * (y - y0)) / norm for x, y in points]
-    best = max(distances)
-    return distances.index(best)

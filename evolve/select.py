@@ -1,0 +1,98 @@
+"""Step 3, selection: which of a failure's K repairs is taught. Pure functions of the candidates' z and reward:
+
+κ filter (a repair strictly improves where the failure fell short of κ and meets κ, κ lowered per input to what
+a valid decision attains) → Pareto front of z → exact ties of z broken by the reward table's total, then cost →
+q* ∝ exp(β·(r_PF + ν·R + bonus)) over the front → a* ~ q*. Each selection reports the rule that settled it
+(``RULES``)."""
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from evolve.config import KappaConfig, SelectionSettings
+from evolve.task import Scored
+from rollout.scenario import Scenario
+from verifiers.pareto import (attainable, feasible, pareto_front, r_pf, repairs, supervision_distribution,
+                              tie_broken_front)
+
+if TYPE_CHECKING:
+    from evolve.collect import Failure
+
+# the rule that settled a failure's repair, the last that narrowed the choice to one: ``repair`` (only one
+# candidate repairs the failure), ``kappa`` (only one repair meets κ), ``pareto`` (one feasible repair is on the
+# front), ``tie_break`` (the reward table, then cost, left one of z's front), ``r_pf`` (q* weighed several),
+# ``none`` (no candidate qualified: nothing is taught)
+RULES = ("repair", "kappa", "pareto", "tie_break", "r_pf", "none")
+
+
+@dataclass
+class Candidate:
+    text: str
+    scored: Scored
+    reward: float  # ``training_reward``
+
+
+def r_pf_of(selection: SelectionSettings, z: Sequence[float]) -> float:
+    return r_pf(z, selection.weights, selection.lam)
+
+
+def training_reward(selection: SelectionSettings, scored: Scored) -> float:
+    """What q* and PFPO weigh: r_PF(z) + ν·R, R the run's reward table total for the rollout (ν =
+    ``reward_weight``). z has no cost dimension: without R an unnecessary escalation scores as well as handling
+    the call on the device. q* only weighs candidates already on the feasible Pareto front of z, so R never
+    outranks an objective there. A malformed action (no verdict) has no R."""
+    extra = selection.reward_weight * scored.verdict.reward if scored.verdict is not None else 0.0
+    return r_pf_of(selection, scored.z) + extra
+
+
+def input_thresholds(kappa: KappaConfig, scenario: Scenario, best: Sequence[float]) -> tuple[float, ...]:
+    """κ for the scenario's task mode, lowered to ``best``, what a valid decision attains on it (``attainable``):
+    no decision does the user's task when the call was injected, and a floor on utility would otherwise make
+    the safe refusal a failure and filter it out as a repair."""
+    thresholds = kappa.diagnostic if scenario.task_mode == "diagnostic" else kappa.executable
+    return tuple(attainable(thresholds, best))
+
+
+def tie_key(scored: Scored) -> tuple[float, float]:
+    """What breaks an exact tie of z, lower first: the reward table's total for the rollout (FAR's order: a
+    failure of the taxonomy that z does not see, an escalation the cloud was needed for, say, outranks any
+    cost), then the rollout's cost (NaN, +inf: unknown for a malformed action)."""
+    return (-scored.verdict.reward if scored.verdict is not None else math.nan, scored.cost)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What ``select`` chose for one failure: the candidate taught (None: none qualified), q* over the candidates,
+    and the rule that settled it (``RULES``)."""
+    chosen: Candidate | None
+    q: list[float]
+    rule: str
+
+
+def select(selection: SelectionSettings, failure: "Failure", candidates: Sequence[Candidate],
+           rng: random.Random) -> Selection:
+    """a* ~ q* over the feasible Pareto front of the candidates that repair the failure, of points equal on z
+    only the best on ``tie_key`` kept (a refusal on the device beats a cloud veto of the same harmful request,
+    which scores alike on z); q* ∝ exp(β·(reward + bonus)), ``diversity_bonus`` for a candidate that changes
+    the failed decision."""
+    thresholds = input_thresholds(selection.kappa, failure.scenario, failure.best)
+    repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z, thresholds)]
+    feasible_idx = [i for i in repairing if feasible(candidates[i].scored.z, thresholds)]
+    points = [candidates[j].scored.z for j in feasible_idx]
+    z_front = {feasible_idx[i] for i in pareto_front(points)}
+    front = {feasible_idx[i] for i in tie_broken_front(points, [tie_key(candidates[j].scored) for j in feasible_idx])}
+    bonus = [selection.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
+    q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
+                                 [i in front for i in range(len(candidates))], selection.beta)
+    if sum(q) == 0:
+        return Selection(None, q, "none")
+
+    def distinct(indices) -> int:
+        return len({candidates[i].text for i in indices})
+
+    rule = ("r_pf" if distinct(front) > 1 else "tie_break" if distinct(z_front) > 1 else "pareto"
+            if distinct(feasible_idx) > 1 else "kappa" if distinct(repairing) > 1 else "repair")
+    return Selection(candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule)
