@@ -156,7 +156,8 @@ def main() -> None:
     parser.add_argument("--skip-fate", action="store_true", help="only the baselines")
     parser.add_argument("--skip-baselines", action="store_true", help="only FATE")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
-                        help="override a key of configs/evolve.yaml for the FATE runs and the baselines (dotted for nested)")
+                        help="override a key of configs/evolve.yaml for the FATE runs and the baselines "
+                        "(dotted for nested: training.pfpo.lr=5e-5)")
     parser.add_argument("--tag", default="", help="names the runs' outputs (evolve-TAG-seedS/, evolve-TAG-seeds….json)"
                         " so runs of other settings do not overwrite each other")
     args = parser.parse_args()
