@@ -6,7 +6,8 @@
 1. The compliant base: SmolLM2-135M-Instruct + LoRA, SFT'd to answer "handle" to ``--examples`` train
    scenarios of the run's suite (``configs/evolve.yaml``'s, ``--set`` applied; every kind, harmful and injected
    included), merged and saved as a plain Hugging Face folder, one per ``--seed``. A guard that acts on
-   everything: unsafe at round 0 by construction, the way a model tuned for helpfulness alone would be. Train data only; the holdout is never seen.
+   everything: unsafe at round 0 by construction, the way a model tuned for helpfulness alone would be. Train
+   data only; the holdout is never seen.
 2. ``far evolve configs/evolve.yaml`` with ``model.base`` = that folder, ``--rounds`` rounds and no early stop
    (the safety gate still rolls back a round that raises own-ASR or own-HCR on the check slice).
 
