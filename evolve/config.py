@@ -68,11 +68,23 @@ class RepairSettings(BaseModel):
         return self
 
 
+Objective = Literal["security", "utility", "over_refusal", "controllability"]  # z's dimensions
+
+
 class SelectionSettings(BaseModel):
     """Step 3: which repair is taught. κ filter → Pareto front of z (exact ties of z broken by the reward table,
-    then cost) → q* ∝ exp(β·(r_PF + ν·R + bonus)) → a* ~ q*."""
+    then cost) → q* ∝ exp(β·(r_PF + ν·R + bonus)) → a* ~ q*. ``rule`` and ``objectives`` also give the FATE
+    paper's ablations."""
 
     model_config = FROZEN
+    rule: Literal["pareto", "weighted_sum", "first_valid"] = Field(
+        "pareto", description="how the repair is chosen: pareto (FATE: κ, the front of z, the tie break, q*); the "
+        "paper's ablations: weighted_sum (no Pareto front: of the feasible repairs, the highest Σ w·z, the first "
+        "on a tie), first_valid (no verifier rescoring: the first candidate that changes the failed decision)")
+    objectives: tuple[Objective, ...] = Field(
+        ("security", "utility", "over_refusal", "controllability"), min_length=1, description="the objectives of "
+        "z that failures, κ, the front and r_PF read; leaving out over_refusal is the paper's 'no over-refusal "
+        "objective' ablation")
     kappa: KappaConfig = Field(KappaConfig(), description="per task mode, the floor each objective of z must "
                                "clear: a decision below it failed, and a repair must clear it (lowered, per "
                                "input, to what a valid decision attains there); graded z is rarely exactly 1, so "

@@ -138,7 +138,7 @@ class Evolution:
 
     def thresholds(self, scenarios: Sequence[Scenario]) -> list[tuple[float, ...]]:
         """κ per input, lowered to what a valid decision attains there: below it a decision failed."""
-        return [input_thresholds(self.config.selection.kappa, s, b) for s, b in zip(scenarios, self.best(scenarios))]
+        return [input_thresholds(self.config.selection, s, b) for s, b in zip(scenarios, self.best(scenarios))]
 
     # --- the stages of a round -------------------------------------------------------------------------------
     def lesson(self, round_index: int, rng: random.Random) -> Lesson | None:

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evolve.config import KappaConfig, SelectionSettings
+from evolve.config import SelectionSettings
 from evolve.task import Scored
 from rollout.scenario import Scenario
+from verifiers.verdict import Z_DIMENSIONS
 from verifiers.pareto import (attainable, feasible, pareto_front, r_pf, repairs, supervision_distribution,
                               tie_broken_front)
 
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 # candidate repairs the failure), ``kappa`` (only one repair meets κ), ``pareto`` (one feasible repair is on the
 # front), ``tie_break`` (the reward table, then cost, left one of z's front), ``r_pf`` (q* weighed several),
 # ``none`` (no candidate qualified: nothing is taught)
-RULES = ("repair", "kappa", "pareto", "tie_break", "r_pf", "none")
+RULES = ("repair", "kappa", "pareto", "tie_break", "r_pf", "none", "weighted_sum", "first_valid")
+# (``weighted_sum`` and ``first_valid``: the ablations' rule picked among several candidates)
 
 
 @dataclass
@@ -35,8 +37,19 @@ class Candidate:
     reward: float  # ``training_reward``
 
 
+def kept(selection: SelectionSettings) -> tuple[bool, ...]:
+    """Per dimension of z, whether it is one of the ``objectives`` read."""
+    return tuple(name in selection.objectives for name in Z_DIMENSIONS)
+
+
+def seen(selection: SelectionSettings, z: Sequence[float]) -> tuple[float, ...]:
+    """z as selection reads it: an objective left out scores 1 for every decision, so it never falls short,
+    never separates two decisions and costs nothing in r_PF."""
+    return tuple(v if keep else 1.0 for v, keep in zip(z, kept(selection)))
+
+
 def r_pf_of(selection: SelectionSettings, z: Sequence[float]) -> float:
-    return r_pf(z, selection.weights, selection.lam)
+    return r_pf(z, [w if keep else 0.0 for w, keep in zip(selection.weights, kept(selection))], selection.lam)
 
 
 def training_reward(selection: SelectionSettings, scored: Scored) -> float:
@@ -48,12 +61,13 @@ def training_reward(selection: SelectionSettings, scored: Scored) -> float:
     return r_pf_of(selection, scored.z) + extra
 
 
-def input_thresholds(kappa: KappaConfig, scenario: Scenario, best: Sequence[float]) -> tuple[float, ...]:
+def input_thresholds(selection: SelectionSettings, scenario: Scenario, best: Sequence[float]) -> tuple[float, ...]:
     """κ for the scenario's task mode, lowered to ``best``, what a valid decision attains on it (``attainable``):
     no decision does the user's task when the call was injected, and a floor on utility would otherwise make
-    the safe refusal a failure and filter it out as a repair."""
+    the safe refusal a failure and filter it out as a repair. An objective left out has no floor (0)."""
+    kappa = selection.kappa
     thresholds = kappa.diagnostic if scenario.task_mode == "diagnostic" else kappa.executable
-    return tuple(attainable(thresholds, best))
+    return tuple(t if keep else 0.0 for t, keep in zip(attainable(thresholds, best), kept(selection)))
 
 
 def tie_key(scored: Scored) -> tuple[float, float]:
@@ -78,10 +92,15 @@ def select(selection: SelectionSettings, failure: "Failure", candidates: Sequenc
     only the best on ``tie_key`` kept (a refusal on the device beats a cloud veto of the same harmful request,
     which scores alike on z); q* ∝ exp(β·(reward + bonus)), ``diversity_bonus`` for a candidate that changes
     the failed decision."""
-    thresholds = input_thresholds(selection.kappa, failure.scenario, failure.best)
-    repairing = [i for i, c in enumerate(candidates) if repairs(c.scored.z, failure.scored.z, thresholds)]
-    feasible_idx = [i for i in repairing if feasible(candidates[i].scored.z, thresholds)]
-    points = [candidates[j].scored.z for j in feasible_idx]
+    if selection.rule == "first_valid":
+        return first_valid(failure, candidates)
+    thresholds = input_thresholds(selection, failure.scenario, failure.best)
+    z = [seen(selection, c.scored.z) for c in candidates]
+    repairing = [i for i in range(len(candidates)) if repairs(z[i], seen(selection, failure.scored.z), thresholds)]
+    feasible_idx = [i for i in repairing if feasible(z[i], thresholds)]
+    if selection.rule == "weighted_sum":
+        return weighted_sum(selection, candidates, z, repairing, feasible_idx)
+    points = [z[j] for j in feasible_idx]
     z_front = {feasible_idx[i] for i in pareto_front(points)}
     front = {feasible_idx[i] for i in tie_broken_front(points, [tie_key(candidates[j].scored) for j in feasible_idx])}
     bonus = [selection.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
@@ -96,3 +115,27 @@ def select(selection: SelectionSettings, failure: "Failure", candidates: Sequenc
     rule = ("r_pf" if distinct(front) > 1 else "tie_break" if distinct(z_front) > 1 else "pareto"
             if distinct(feasible_idx) > 1 else "kappa" if distinct(repairing) > 1 else "repair")
     return Selection(candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule)
+
+
+def first_valid(failure: "Failure", candidates: Sequence[Candidate]) -> Selection:
+    """The ablation without verifier rescoring: the first candidate that changes the failed decision (every
+    candidate is a valid decision: constrained decoding), whatever its z."""
+    index = next((i for i, c in enumerate(candidates) if c.scored.decision != failure.action), None)
+    if index is None:
+        return Selection(None, [0.0] * len(candidates), "none")
+    changed = {c.text for c in candidates if c.scored.decision != failure.action}
+    return Selection(candidates[index], [float(i == index) for i in range(len(candidates))],
+                     "first_valid" if len(changed) > 1 else "repair")
+
+
+def weighted_sum(selection: SelectionSettings, candidates: Sequence[Candidate], z: Sequence[Sequence[float]],
+                 repairing: Sequence[int], feasible_idx: Sequence[int]) -> Selection:
+    """The ablation without the Pareto front: of the feasible repairs, the highest Σ w·z (z as ``seen``), the
+    first on a tie."""
+    if not feasible_idx:
+        return Selection(None, [0.0] * len(candidates), "none")
+    weights = [w if keep else 0.0 for w, keep in zip(selection.weights, kept(selection))]
+    index = max(feasible_idx, key=lambda i: (sum(w * v for w, v in zip(weights, z[i])), -i))
+    rule = ("weighted_sum" if len({candidates[i].text for i in feasible_idx}) > 1 else "kappa"
+            if len({candidates[i].text for i in repairing}) > 1 else "repair")
+    return Selection(candidates[index], [float(i == index) for i in range(len(candidates))], rule)

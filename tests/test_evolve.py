@@ -337,6 +337,34 @@ def test_each_selection_names_the_rule_that_settled_it(candidates, rule, taught)
     assert all(sum(p.q) == pytest.approx(1.0 if taught else 0.0) for p in picks)
 
 
+@pytest.mark.parametrize("settings_, candidates, rule, taught", [
+    # no verifier rescoring: the first candidate that changes the failed decision, whatever its z
+    ({"rule": "first_valid"}, [("handle", (0, 1, 1, 1)), ("refuse", (0.3, 1, 1, 1)), ("escalate", (1, 1, 1, 1))],
+     "first_valid", "refuse"),
+    ({"rule": "first_valid"}, [("handle", (0, 1, 1, 1)), ("escalate", (1, 1, 1, 1))], "repair", "escalate"),
+    ({"rule": "first_valid"}, [("handle", (0, 1, 1, 1))], "none", None),
+    # no Pareto front: the feasible repair with the highest sum, whatever the front would weigh
+    ({"rule": "weighted_sum"}, [("escalate", (1, 0.6, 1, 1)), ("refuse", (0.8, 1, 1, 1))], "weighted_sum", "refuse"),
+    ({"rule": "weighted_sum"}, [("escalate", (1, 1, 1, 1)), ("refuse", (0.3, 1, 1, 1))], "kappa", "escalate"),
+    # no over-refusal objective: a refusal that over-refuses repairs, and here beats the escalation; with the
+    # objective, it is no repair at all
+    ({"objectives": ["security", "utility", "controllability"]},
+     [("refuse", (1, 1, 0, 1)), ("escalate", (1, 0.6, 1, 1))], "pareto", "refuse"),
+    ({}, [("refuse", (1, 1, 0, 1)), ("escalate", (1, 0.6, 1, 1))], "repair", "escalate"),
+])
+def test_the_papers_ablations_choose_as_they_say(settings_, candidates, rule, taught):
+    from conftest import make_scenario
+
+    failure = Failure(make_scenario(unsafe=True), "handle", synthetic("handle", (0, 1, 1, 1)), (1.0, 1.0, 1.0, 1.0))
+    selection = SelectionSettings(diversity_bonus=0.0, **settings_)
+    scored = [Candidate(c[0], synthetic(*c), r_pf_of(selection, c[1])) for c in candidates]
+    picks = [select(selection, failure, scored, random.Random(seed)) for seed in range(40)]
+    assert {p.rule for p in picks} == {rule}
+    chosen = {p.chosen.text for p in picks if p.chosen is not None}
+    assert chosen == (taught if isinstance(taught, set) else {taught} if taught else set())
+
+
+
 def test_evaluation_only_data_is_refused():
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=200, seed=4))
     require_trainable(list(suite.scenarios("train")))
@@ -659,9 +687,13 @@ def test_a_failure_is_judged_against_kappa():
     kappa = KappaConfig(executable=(0.5, 0.5, 0.5, 1.0), diagnostic=(0.4, 0.4, 0.4, 1.0))
     executable = make_scenario()
     diagnostic = executable.model_copy(update={"task_mode": "diagnostic"})
-    assert input_thresholds(kappa, executable, (1.0,) * 4) == (0.5, 0.5, 0.5, 1.0)
-    assert input_thresholds(kappa, diagnostic, (1.0,) * 4) == (0.4, 0.4, 0.4, 1.0)
-    assert input_thresholds(kappa, executable, (1.0, 0.0, 0.3, math.nan)) == (0.5, 0.0, 0.3, 1.0)
+    selection = SelectionSettings(kappa=kappa)
+    assert input_thresholds(selection, executable, (1.0,) * 4) == (0.5, 0.5, 0.5, 1.0)
+    assert input_thresholds(selection, diagnostic, (1.0,) * 4) == (0.4, 0.4, 0.4, 1.0)
+    assert input_thresholds(selection, executable, (1.0, 0.0, 0.3, math.nan)) == (0.5, 0.0, 0.3, 1.0)
+    # an objective left out (the 'no over-refusal objective' ablation) has no floor: it never fails a decision
+    no_over_refusal = SelectionSettings(kappa=kappa, objectives=("security", "utility", "controllability"))
+    assert input_thresholds(no_over_refusal, executable, (1.0,) * 4) == (0.5, 0.5, 0.0, 1.0)
 
 
 def test_kappa_is_lowered_to_what_a_valid_decision_attains(tmp_path):
