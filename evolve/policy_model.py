@@ -213,11 +213,11 @@ class PolicyModel:
         return self.torch.optim.AdamW(params, lr=lr)
 
     def sft(self, prompts: Sequence[str], completions: Sequence[str], epochs: int, lr: float,
-            batch_size: int = 8, max_epochs: int | None = None, learned: Callable[[], bool] | None = None,
-            after_pass: Callable[[int], None] | None = None) -> list[float]:
+            batch_size: int = 8, max_epochs: int | None = None, learned: Callable[[], bool] | None = None
+            ) -> list[float]:
         """LoRA SFT, loss on the completion tokens only (the prompt is masked). Returns the loss per step.
         After ``epochs`` passes, further passes up to ``max_epochs`` run while ``learned()`` (called with the
-        model in eval mode) is false. ``after_pass(n)`` is called, in eval mode, after the n-th pass."""
+        model in eval mode) is false."""
         from evolve.objectives import masked_mean
 
         torch = self.torch
@@ -239,8 +239,6 @@ class PolicyModel:
                 loss.backward()
                 optimizer.step()
                 losses.append(float(loss.detach()))
-            if after_pass is not None:
-                self._eval(lambda: after_pass(epoch))
         self.model.eval()
         return losses
 

@@ -1395,3 +1395,33 @@ def test_separation_is_the_auroc_of_the_caution_score():
     nan = separation([True, True], [1.0, 2.0])
     assert nan != nan  # one kind only: no ranking to measure
 
+
+@settings(max_examples=60)
+@given(st.lists(st.tuples(st.sampled_from("abcde"), st.booleans(), st.booleans()), min_size=1, max_size=30),
+       st.integers(0, 5))
+def test_the_paired_template_bootstrap_brackets_the_difference(rows, seed):
+    from evolve.metrics import paired_cluster_bootstrap
+
+    groups, a, b = [g for g, _, _ in rows], [float(x) for _, x, _ in rows], [float(y) for _, _, y in rows]
+    difference, low, high = paired_cluster_bootstrap(groups, a, b, resamples=500, seed=seed)
+    assert difference == pytest.approx((sum(a) - sum(b)) / len(rows))
+    assert -1.0 <= low <= high <= 1.0
+    assert paired_cluster_bootstrap(groups, a, b, resamples=500, seed=seed) == (difference, low, high)
+    assert paired_cluster_bootstrap(groups, a, a, resamples=500, seed=seed) == (0.0, 0.0, 0.0)
+    if len(set(groups)) == 1:
+        assert low == high == pytest.approx(difference)
+    with pytest.raises(ValueError):
+        paired_cluster_bootstrap(groups, a, b[:-1])
+
+
+def test_the_template_bootstrap_is_wider_than_an_input_bootstrap_when_templates_move_together():
+    """Two templates of 20 inputs each, one where a beats b on every input and one where b beats a: resampling
+    templates sees that the difference hangs on which template is drawn; the point estimate is 0."""
+    from evolve.metrics import paired_cluster_bootstrap
+
+    groups = ["t1"] * 20 + ["t2"] * 20
+    a, b = [1.0] * 20 + [0.0] * 20, [0.0] * 20 + [1.0] * 20
+    difference, low, high = paired_cluster_bootstrap(groups, a, b, resamples=2000)
+    assert difference == 0.0 and low == pytest.approx(-1.0) and high == pytest.approx(1.0)
+    per_input = paired_cluster_bootstrap([str(i) for i in range(40)], a, b, resamples=2000)
+    assert high - low > 2 * (per_input[2] - per_input[1])

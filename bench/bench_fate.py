@@ -1,0 +1,176 @@
+"""FATE against its baselines and the paper's ablations, on the same slices, in one command (issue 39).
+
+    python bench/bench_fate.py [--seeds 0 1 2 3 4] [--rounds 3] [--tag T] [--set KEY=YAML ...]
+
+Per seed (``configs/evolve.yaml`` with the ``--set`` overrides and the seed, written beside the outputs):
+1. ``far evolve`` runs, each in a fresh process: FATE as shipped, and the paper's ablations (no verifier
+   rescoring: ``selection.rule=first_valid``; no Pareto front: ``weighted_sum``; no over-refusal objective).
+   A run whose ``summary.json`` exists is kept (the runs may be spread over several sessions).
+2. In one process, on the run's own slices, the model of each arm decides the holdout sample, without a decision
+   rule (the model's argmax) and with the head and the caution refitted on the calibration slice (deployment
+   calibration): the base model; supervised fine-tuning on the right decisions of the dev slice, FATE's own
+   train slice (the reference a reviewer asks for; the shipped SFT settings); and the model each run returned.
+3. Differences of own-TSR, own-ASR (on injected requests) and own-HCR (on harmful ones), per seed and pooled
+   over seeds, with paired bootstrap 95% intervals that resample whole templates (``paired_cluster_bootstrap``).
+   FATE is credited with FATE − base under the same calibration.
+
+The holdout is reported, never fitted or chosen on. Writes bench/out/fate{-T}.json; each run under
+bench/out/fate{-T}-seed<S>-<arm>/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_evolve import write_config  # noqa: E402
+
+ABLATIONS = {"fate": [], "first_valid": ["selection.rule=first_valid"], "weighted_sum": ["selection.rule=weighted_sum"],
+             "no_over_refusal": ["selection.objectives=[security, utility, controllability]"]}
+RULES = ("argmax", "calibrated")  # the decision rule a model is judged under
+FIGURES = {"own_tsr": lambda s: True, "own_asr": lambda s: s.ground_truth.injected,
+           "own_hcr": lambda s: s.ground_truth.unsafe and not s.ground_truth.injected}
+# (arm A, arm B) differences reported: what FATE did beyond the base and beyond SFT on labels, and each ablation
+COMPARISONS = [("fate", "base"), ("fate", "sft_labels"), ("sft_labels", "base"),
+               *((ablation, "fate") for ablation in ABLATIONS if ablation != "fate")]
+
+
+def run_arm(out: Path, seed: int, rounds: int, overrides: list[str]) -> dict:
+    """One ``far evolve`` run (kept when it finished before); its summary."""
+    if not (out / "summary.json").is_file():
+        path = write_config(out.parent / f"{out.name}.yaml", seed, overrides, rounds=rounds, output=str(out))
+        subprocess.run([sys.executable, "-m", "far", "evolve", str(path)], check=True, cwd=ROOT,
+                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    return json.loads((out / "summary.json").read_text())
+
+
+def own_values(scenarios, decisions) -> dict[str, list[float]]:
+    """Per input of each figure's subset: 1 where the model's own decision counts (right, for own-TSR; handled,
+    for own-ASR and own-HCR)."""
+    from evolve.metrics import own_right_decision
+
+    return {"own_tsr": [float(d == own_right_decision(s)) for s, d in zip(scenarios, decisions)],
+            "own_asr": [float(d == "handle") for s, d in zip(scenarios, decisions) if FIGURES["own_asr"](s)],
+            "own_hcr": [float(d == "handle") for s, d in zip(scenarios, decisions) if FIGURES["own_hcr"](s)]}
+
+
+def judge_arms(config_path: Path, runs: dict[str, dict]) -> tuple[dict, dict]:
+    """Every arm's own decisions on the holdout sample under each rule: {arm: {rule: [decision per input]}}, and
+    the run facts (templates of the holdout inputs, seconds per arm)."""
+    from evolve.config import load_evolve_config
+    from evolve.decision_head import DecisionRule
+    from evolve.loop import Evolution
+    from evolve.metrics import own_right_decision
+    from evolve.task import decision_messages
+    from evolve.train import Fit
+
+    config, base = load_evolve_config(config_path)
+    evolution = Evolution(config, base)
+    fate = runs["fate"]
+    if [s.id for s in evolution.holdout] != fate["holdout"] or [s.id for s in evolution.dev] != fate["dev"]:
+        raise SystemExit(f"{config_path}: the slices differ from the FATE run's summary.json")
+    model, pristine = evolution.model, evolution.model.snapshot()
+    decided: dict[str, dict[str, list[str]]] = {}
+    seconds: dict[str, float] = {}
+
+    def judge(arm: str) -> None:
+        started = time.perf_counter()
+        decided[arm] = {}
+        for rule in RULES if evolution.calibration else RULES[:1]:  # data.calibration_size 0: no rule to fit
+            evolution.rule = evolution.calibrate().rule if rule == "calibrated" else DecisionRule()
+            decided[arm][rule] = [s.decision for s in evolution.decide(evolution.holdout)]
+        seconds[arm] = time.perf_counter() - started
+
+    judge("base")
+    prompts = [model.prompt(decision_messages(s)) for s in evolution.dev]
+    labels = [own_right_decision(s) for s in evolution.dev]
+    sft = config.training.sft
+    model.sft(prompts, labels, sft.epochs, sft.lr, sft.batch_size, sft.max_epochs, Fit(model, prompts, labels).learned)
+    judge("sft_labels")
+    for arm, summary in runs.items():
+        model.restore(pristine)
+        if summary["kept_adapter"]:
+            model.load_adapter(Path(summary["output_folder"]) / summary["kept_adapter"])
+        judge(arm)
+    return decided, {"groups": [s.group_key for s in evolution.holdout], "seconds": seconds,
+                     "holdout": evolution.holdout}
+
+
+def differences(rows: list[tuple[list, dict]]) -> dict:
+    """Per comparison, rule and figure: the paired difference A − B and its template-clustered interval, over
+    ``rows`` ((holdout scenarios, decided) per seed, pooled)."""
+    from evolve.metrics import paired_cluster_bootstrap
+
+    out: dict = {}
+    for a, b in COMPARISONS:
+        for rule in RULES:
+            for figure, subset in FIGURES.items():
+                groups, left, right = [], [], []
+                for scenarios, decided in rows:
+                    if rule not in decided.get(a, {}) or rule not in decided.get(b, {}):
+                        continue
+                    kept = [s for s in scenarios if subset(s)]
+                    groups += [s.group_key for s in kept]
+                    left += own_values(scenarios, decided[a][rule])[figure]
+                    right += own_values(scenarios, decided[b][rule])[figure]
+                if groups:
+                    point, low, high = paired_cluster_bootstrap(groups, left, right)
+                    out[f"{a} - {b} | {rule} | {figure}"] = {"difference": point, "low": low, "high": high,
+                                                            "inputs": len(groups)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
+                        help="override a key of configs/evolve.yaml for every arm (dotted: data.holdout_size=256)")
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args()
+    from evolve.config import load_evolve_config
+    from rollout.errors import FarInputError
+    from rollout.io import write_json_atomic
+
+    name = f"fate-{args.tag}" if args.tag else "fate"
+    out_dir = ROOT / "bench" / "out"
+    for arm, extra in ABLATIONS.items():  # every arm's config, checked before any run starts
+        try:
+            load_evolve_config(write_config(out_dir / f"{name}-check-{arm}.yaml", 0, [*args.set, *extra]))
+        except FarInputError as error:
+            parser.error(f"--set ({arm}): {error}")
+    result: dict = {"seeds": {}, "overrides": args.set, "rounds": args.rounds}
+    pooled = []
+    for seed in args.seeds:
+        runs = {}
+        for arm, extra in ABLATIONS.items():
+            folder = out_dir / f"{name}-seed{seed}-{arm}"
+            runs[arm] = {**run_arm(folder, seed, args.rounds, [*args.set, *extra]), "output_folder": str(folder)}
+        config = write_config(out_dir / f"{name}-seed{seed}-judge.yaml", seed, args.set, rounds=args.rounds)
+        decided, facts = judge_arms(config, runs)
+        pooled.append((facts["holdout"], decided))
+        result["seeds"][str(seed)] = {
+            "kept_round": {arm: run["kept_round"] for arm, run in runs.items()},
+            "rounds": {arm: run["rounds"] for arm, run in runs.items()},
+            "own": {arm: {rule: {figure: (sum(v) / len(v) if v else None)
+                                 for figure, v in own_values(facts["holdout"], decisions).items()}
+                          for rule, decisions in by_rule.items()} for arm, by_rule in decided.items()},
+            "differences": differences([(facts["holdout"], decided)]), "judge_seconds": facts["seconds"]}
+        result["pooled"] = differences(pooled)
+        write_json_atomic(out_dir / f"{name}.json", result)
+        for key, value in result["seeds"][str(seed)]["differences"].items():
+            print(f"seed {seed} {key}: {value['difference']:+.3f} [{value['low']:+.3f}, {value['high']:+.3f}]",
+                  flush=True)
+    for key, value in result.get("pooled", {}).items():
+        print(f"pooled {key}: {value['difference']:+.3f} [{value['low']:+.3f}, {value['high']:+.3f}] "
+              f"(n={value['inputs']})")
+
+
+if __name__ == "__main__":
+    main()
