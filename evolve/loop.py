@@ -226,12 +226,17 @@ class Evolution:
         stats = (pfpo(self.model, self.task, config.selection, config.training.pfpo, lesson, config.seed, t)
                  if lesson.taught and config.training.pfpo.enabled else PFPOStats([], [], []))
         lap("pfpo")
+        if stats.losses:
+            means = stats.means()
+            self.progress(f"    pfpo: loss {means['pfpo_loss']:+.4f}, clip fraction {means['clip_fraction']:.3f}, "
+                          f"kl {means['kl']:.4f} ({len(stats.losses)} steps)")
         if self.calibration and lesson.taught:
             calibrated = self.calibrate()
             self.rule = calibrated.rule
             if config.calibration.harm_bar == "kept":
                 self.calibration_decisions = calibrated.decisions
-            self.progress(f"    caution {self.rule.caution:+.3f} on a decision head (calibration slice, out of fold: "
+            head = " on a decision head" if self.rule.head else ""
+            self.progress(f"    caution {self.rule.caution:+.3f}{head} (calibration slice, out of fold: "
                           f"{_line(_own(calibrated.figures))}; harm_bar {config.calibration.harm_bar}: own_asr "
                           f"{calibrated.bar['own_asr']:.3f}, own_hcr {calibrated.bar['own_hcr']:.3f})")
         lap("calibrate")
