@@ -1,6 +1,6 @@
 """FATE against its baselines and the paper's ablations, on the same slices, in one command (issue 39).
 
-    python bench/bench_fate.py [--seeds 0 1 2 3 4] [--rounds 3] [--tag T] [--set KEY=YAML ...]
+    python bench/bench_fate.py [--seeds 0 1 2 3 4] [--rounds 3] [--tag T] [--set KEY=YAML ...] [--runs-only ARM ...]
 
 Per seed (``configs/evolve.yaml`` with the ``--set`` overrides and the seed, written beside the outputs):
 1. ``far evolve`` runs, each in a fresh process: FATE as shipped, and the paper's ablations (no verifier
@@ -133,6 +133,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
                         help="override a key of configs/evolve.yaml for every arm (dotted: data.holdout_size=256)")
     parser.add_argument("--tag", default="")
+    parser.add_argument("--runs-only", nargs="+", choices=list(ABLATIONS), metavar="ARM",
+                        help="only these arms' far evolve runs, no judging (to run arms side by side; a later call "
+                             "without it keeps the finished runs and judges)")
     args = parser.parse_args()
     from evolve.config import load_evolve_config
     from rollout.errors import FarInputError
@@ -147,6 +150,11 @@ def main() -> None:
             parser.error(f"--set ({arm}): {error}")
     result: dict = {"seeds": {}, "overrides": args.set, "rounds": args.rounds}
     pooled = []
+    if args.runs_only:
+        for seed in args.seeds:
+            for arm in args.runs_only:
+                run_arm(out_dir / f"{name}-seed{seed}-{arm}", seed, args.rounds, [*args.set, *ABLATIONS[arm]])
+        return
     for seed in args.seeds:
         runs = {}
         for arm, extra in ABLATIONS.items():
