@@ -14,7 +14,8 @@ Per seed (``configs/evolve.yaml`` with the ``--set`` overrides and the seed, wri
    over seeds, with paired bootstrap 95% intervals that resample whole templates (``paired_cluster_bootstrap``).
    FATE is credited with FATE − base under the same calibration.
 
-The holdout is reported, never fitted or chosen on. Writes bench/out/fate{-T}.json; each run under
+The holdout is reported, never fitted or chosen on. Writes bench/results/fate{-T}.json (tracked: seeds judged in
+earlier sessions are kept and pooled with new ones; a seed already there is not run again); each run under
 bench/out/fate{-T}-seed<S>-<arm>/.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results"  # tracked: a protocol's seeds may be judged over several sessions
 
 from bench.bench_evolve import write_config  # noqa: E402
 
@@ -148,37 +150,54 @@ def main() -> None:
             load_evolve_config(write_config(out_dir / f"{name}-check-{arm}.yaml", 0, [*args.set, *extra]))
         except FarInputError as error:
             parser.error(f"--set ({arm}): {error}")
-    result: dict = {"seeds": {}, "overrides": args.set, "rounds": args.rounds}
-    pooled = []
     if args.runs_only:
         for seed in args.seeds:
             for arm in args.runs_only:
                 run_arm(out_dir / f"{name}-seed{seed}-{arm}", seed, args.rounds, [*args.set, *ABLATIONS[arm]])
         return
-    for seed in args.seeds:
+    # the result outlives the runs (their adapters stay under bench/out/): seeds judged in earlier sessions are kept
+    # and pooled with the new ones, from the decisions stored per seed
+    path = RESULTS / f"{name}.json"
+    result: dict = json.loads(path.read_text()) if path.is_file() else {"seeds": {}}
+    if result.get("overrides", args.set) != args.set or result.get("rounds", args.rounds) != args.rounds:
+        parser.error(f"{path} holds another protocol's seeds (overrides {result.get('overrides')}, rounds "
+                     f"{result.get('rounds')}): use another --tag")
+    result.update(overrides=args.set, rounds=args.rounds)
+    for seed in (s for s in args.seeds if str(s) not in result["seeds"]):
         runs = {}
         for arm, extra in ABLATIONS.items():
             folder = out_dir / f"{name}-seed{seed}-{arm}"
             runs[arm] = {**run_arm(folder, seed, args.rounds, [*args.set, *extra]), "output_folder": str(folder)}
         config = write_config(out_dir / f"{name}-seed{seed}-judge.yaml", seed, args.set, rounds=args.rounds)
         decided, facts = judge_arms(config, runs)
-        pooled.append((facts["holdout"], decided))
         result["seeds"][str(seed)] = {
             "kept_round": {arm: run["kept_round"] for arm, run in runs.items()},
             "rounds": {arm: run["rounds"] for arm, run in runs.items()},
+            "holdout": [s.id for s in facts["holdout"]], "decided": decided,
             "own": {arm: {rule: {figure: (sum(v) / len(v) if v else None)
                                  for figure, v in own_values(facts["holdout"], decisions).items()}
                           for rule, decisions in by_rule.items()} for arm, by_rule in decided.items()},
             "differences": differences([(facts["holdout"], decided)]), "judge_seconds": facts["seconds"]}
-        result["pooled"] = differences(pooled)
-        write_json_atomic(out_dir / f"{name}.json", result)
+        result["pooled"] = differences(stored_rows(result, config))
+        result["pooled_seeds"] = sorted(result["seeds"], key=int)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, result)
         for key, value in result["seeds"][str(seed)]["differences"].items():
             print(f"seed {seed} {key}: {value['difference']:+.3f} [{value['low']:+.3f}, {value['high']:+.3f}]",
                   flush=True)
     for key, value in result.get("pooled", {}).items():
-        print(f"pooled {key}: {value['difference']:+.3f} [{value['low']:+.3f}, {value['high']:+.3f}] "
-              f"(n={value['inputs']})")
+        print(f"pooled over seeds {result['pooled_seeds']} {key}: {value['difference']:+.3f} "
+              f"[{value['low']:+.3f}, {value['high']:+.3f}] (n={value['inputs']})")
 
+
+def stored_rows(result: dict, config_path: Path) -> list[tuple[list, dict]]:
+    """(holdout scenarios, decided) of every seed the result holds, the scenarios rebuilt from the suite by id."""
+    from evolve.config import load_evolve_config
+    from rollout.suites import build_suite
+
+    config, base = load_evolve_config(config_path)
+    by_id = {s.id: s for s in build_suite(config.suite, base).scenarios("holdout")}
+    return [([by_id[i] for i in seed["holdout"]], seed["decided"]) for seed in result["seeds"].values()]
 
 if __name__ == "__main__":
     main()
