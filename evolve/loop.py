@@ -122,6 +122,13 @@ class Evolution:
         """The holdout figures, under the fitted rule (or ``rule``): reported only, never chosen on."""
         return self.figures(self.holdout, *self.decide_with_scores(self.holdout, rule))
 
+    def argmax_figures(self, evaluated: dict[str, Any]) -> dict[str, float]:
+        """The model's own holdout figures without its decision rule (its argmax over the three decisions), beside
+        ``evaluated``, the figures under the rule: the head and the caution are deployment calibration, and this
+        is what the model itself decides (reported only)."""
+        overall = evaluated["overall"] if self.rule == DecisionRule() else self.evaluate(DecisionRule())["overall"]
+        return {key: overall[key] for key in ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")}
+
     def check_metrics(self) -> dict[str, float]:
         """The check-slice figures the gate compares round to round."""
         return self.figures(self.check, self.decide(self.check), by_category=False)["overall"]
@@ -269,7 +276,7 @@ class Evolution:
         self.kept_decisions()  # under harm_bar kept, the base model's, before training moves it
         kept = [Kept(0, self.check_metrics(), self.model.snapshot(), self.rule, self.calibration_decisions)]
         save(RoundRecord(0, before["overall"], kept[0].check, self.rule.caution, False,
-                         time.perf_counter() - started), before)
+                         time.perf_counter() - started, argmax=self.argmax_figures(before)), before)
         self.progress(f"  round 0 (before training): {_line(before['overall'])}; "
                       f"check slice {ROUND_SCORE} {kept[0].check[ROUND_SCORE]:.3f}")
         kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
@@ -295,7 +302,7 @@ class Evolution:
             write_json_atomic(output / f"adapter_round{t}" / "caution.json", self.rule.to_json())
             record.timed["check"] = time.perf_counter() - round_started - sum(record.timed.values())
             after = self.evaluate()
-            record.holdout = after["overall"]
+            record.holdout, record.argmax = after["overall"], self.argmax_figures(after)
             record.timed["holdout"] = time.perf_counter() - round_started - sum(record.timed.values())
             record.seconds = time.perf_counter() - round_started
             save(record, after)

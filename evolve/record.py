@@ -8,7 +8,8 @@ from typing import Any
 from evolve.metrics import CHECKED
 from evolve.select import RULES
 
-DISCARDED = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")  # a rolled-back round's, before the rollback
+OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")
+DISCARDED = OWN  # a rolled-back round's own holdout figures, before the rollback
 STEPS = ("lesson", "sft", "pfpo", "calibrate", "check", "holdout")  # the timed steps of a round
 
 
@@ -20,6 +21,8 @@ class RoundRecord:
     caution: float  # the kept rule's offset (0: none)
     decision_head: bool  # whether the kept rule reads log π through a head
     seconds: float
+    # its own holdout figures without the decision rule (the model's argmax): what training did, calibration apart
+    argmax: dict[str, float] = field(default_factory=dict)
     failures: int | None = None
     distinct_rate: float | None = None
     explored: int | None = None
@@ -38,9 +41,9 @@ class RoundRecord:
 
     def row(self) -> dict[str, Any]:
         """The flat rounds.parquet row (every round has every column)."""
-        facts = {k: v for k, v in asdict(self).items() if k not in ("holdout", "check", "decided", "discarded",
-                                                                       "timed")}
-        return {**facts, **self.holdout,
+        facts = {k: v for k, v in asdict(self).items() if k not in ("holdout", "argmax", "check", "decided",
+                                                                       "discarded", "timed")}
+        return {**facts, **self.holdout, **{f"argmax_{key}": self.argmax.get(key) for key in OWN},
                 **{f"check_{key}": self.check[key] for key in CHECKED},
                 **{f"decided_by_{rule}": (self.decided or {}).get(rule) if self.decided is not None else None
                    for rule in RULES},

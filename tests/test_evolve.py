@@ -407,6 +407,8 @@ def test_a_complete_round_on_a_tiny_model(tmp_path):
                  "own_over_refusal", "own_separation"):
         assert name in rounds[1]
     assert all(0.0 <= r["own_separation"] <= 1.0 for r in rounds)  # the holdout holds both kinds
+    # no calibration slice, no decision rule: the model's argmax is what it decides
+    assert all(r[f"argmax_{k}"] == r[k] or math.isnan(r[k]) for r in rounds for k in ("own_tsr", "own_asr", "own_hcr"))
     # rehearsal: correct dev decisions, up to one per repair, trained on beside the repairs
     assert rounds[1]["rehearsed"] <= rounds[1]["buffer"]
     rehearsed = rehearsal_order(list(evolution.correct.values()), 100, random.Random(0))
@@ -1315,6 +1317,9 @@ def test_a_round_saves_the_caution_it_kept(tmp_path):
     saved = DecisionRule.from_json(json.loads((tmp_path / "adapter_round1" / "caution.json").read_text()))
     assert saved == evolution.rule and saved.caution == rows[1]["caution"]
     assert rows[0]["decision_head"] is False and rows[1]["decision_head"] == (saved.head is not None)
+    # the model's own decisions without the rule, reported beside those under it (calibration apart)
+    without = evolution.evaluate(DecisionRule())["overall"]
+    assert rows[-1]["argmax_own_tsr"] == without["own_tsr"] and rows[0]["argmax_own_tsr"] == rows[0]["own_tsr"]
     if rows[1]["rolled_back"]:
         assert evolution.rule == DecisionRule()
 
