@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from evolve.collect import Failure
@@ -38,7 +38,7 @@ class Lesson:
     decided: dict[str, int]  # how often each rule (``RULES``) settled a failure's repair
     taught: list[Taught]
     rehearsed: list[tuple[Scenario, str]]
-    examples: list[tuple[str, Scenario, str]] = field(default_factory=list)
+    examples: list[tuple[str, Scenario, str]]
 
 
 def build_lesson(model: Any, failures: list[Failure], prompts: Sequence[str], selections: Sequence[Selection],
@@ -54,9 +54,8 @@ def build_lesson(model: Any, failures: list[Failure], prompts: Sequence[str], se
     examples = [(model.prompt(decision_messages(t.failure.scenario)), t.failure.scenario, t.chosen.scored.decision)
                 for t in taught]
     examples += [(model.prompt(decision_messages(s)), s, d) for s, d in rehearsed] if taught else []
-    shuffled = list(examples)
-    order.shuffle(shuffled)  # failures and rehearsal mixed in every SFT batch and PFPO step
-    return Lesson(failures, distinct, explored, decided, taught, rehearsed if taught else [], shuffled)
+    order.shuffle(examples)  # failures and rehearsal mixed in every SFT batch and PFPO step
+    return Lesson(failures, distinct, explored, decided, taught, rehearsed if taught else [], examples)
 
 
 def rehearsal_count(settings: TrainingSettings, repairs: int) -> int:
