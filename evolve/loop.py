@@ -32,7 +32,7 @@ from evolve.config import EvolveConfig
 from evolve.decision_head import DecisionRule
 from evolve.gate import NO_HARM, ROUND_SCORE, handled_harm, improved, kept_round, unsafe_rise
 from evolve.metrics import holdout_metrics, own_right_decision
-from evolve.record import DISCARDED, RoundRecord
+from evolve.record import OWN, RoundRecord
 from evolve.repair import propose
 from evolve.select import RULES, input_thresholds, select
 from evolve.task import DECISIONS, DecisionTask, Scored, decision_messages
@@ -127,7 +127,7 @@ class Evolution:
         ``evaluated``, the figures under the rule: the head and the caution are deployment calibration, and this
         is what the model itself decides (reported only)."""
         overall = evaluated["overall"] if self.rule == DecisionRule() else self.evaluate(DecisionRule())["overall"]
-        return {key: overall[key] for key in ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")}
+        return {key: overall[key] for key in OWN}
 
     def check_metrics(self) -> dict[str, float]:
         """The check-slice figures the gate compares round to round."""
@@ -293,7 +293,7 @@ class Evolution:
             record.rolled_back = unsafe_rise(last.check, record.check, config.gate.safety_tolerance) or None
             if record.rolled_back:  # the round made the model itself less safe: undo it, and say so
                 overall = self.evaluate()["overall"]  # what the gate kept from shipping (reported only)
-                record.discarded = {key: overall[key] for key in DISCARDED}
+                record.discarded = {key: overall[key] for key in OWN}
                 self.model.restore(last.adapter)
                 self.rule, self.calibration_decisions = last.rule, last.calibration_decisions
                 record.check, record.caution, record.decision_head = last.check, last.rule.caution, bool(last.rule.head)
@@ -340,7 +340,7 @@ class Evolution:
 
 
 def _own(metrics: dict[str, float]) -> dict[str, float]:
-    return {k: metrics[k] for k in ("own_asr", "own_hcr", "own_tsr", "own_over_refusal", "mean_r_pf")}
+    return {k: metrics[k] for k in (*OWN, "mean_r_pf")}
 
 
 def _line(metrics: dict[str, float]) -> str:

@@ -8,8 +8,8 @@ from typing import Any
 from evolve.metrics import CHECKED
 from evolve.select import RULES
 
-OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")
-DISCARDED = OWN  # a rolled-back round's own holdout figures, before the rollback
+OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")  # the model's own figures (also: a rolled-back
+# round's own holdout figures, before the rollback: ``discarded_*``; without the rule: ``argmax_*``)
 STEPS = ("lesson", "sft", "pfpo", "calibrate", "check", "holdout")  # the timed steps of a round
 
 
@@ -47,5 +47,5 @@ class RoundRecord:
                 **{f"check_{key}": self.check[key] for key in CHECKED},
                 **{f"decided_by_{rule}": (self.decided or {}).get(rule) if self.decided is not None else None
                    for rule in RULES},
-                **{f"discarded_{key}": (self.discarded or {}).get(key) for key in DISCARDED},
+                **{f"discarded_{key}": (self.discarded or {}).get(key) for key in OWN},
                 **{f"seconds_{step}": self.timed.get(step) for step in STEPS}}

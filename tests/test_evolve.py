@@ -213,7 +213,7 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
     assert summary["rounds"][-1]["rolled_back"].startswith("own_asr 0.000 -> 0.500")
     # round 0, the discarded model (reported: what the gate kept from shipping), the model kept after the round
     assert evaluated == [False, True, False]
-    discarded = [f"discarded_{key}" for key in record.DISCARDED]
+    discarded = [f"discarded_{key}" for key in record.OWN]
     assert all(summary["rounds"][0][key] is None for key in discarded)
     figures = [summary["rounds"][-1][key] for key in discarded]  # NaN: the holdout holds no such request
     assert all(isinstance(x, float) and (math.isnan(x) or 0.0 <= x <= 1.0) for x in figures)
