@@ -1,7 +1,7 @@
 """`far search` on a real two-node Ray cluster on this machine (a head with the dashboard and a worker node, each
-with a temp dir of its own), submitted with `ray job submit` under token auth: rollout actors run on both
-nodes and the job's summary equals a local run's; then the worker node is killed mid-search and the search
-still completes with every trial counted once and the same summary."""
+with a temp dir of its own), submitted with `ray job submit` under token auth: rollout actors are placed on both
+nodes, the worker node is killed mid-search, and the search still completes with every trial counted once and
+the summary of a local run (so also what it would have been with both nodes alive)."""
 import json
 import os
 import subprocess
@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 from conftest import ORACLE_MODELS, RayNode
 from test_search import REPO, SPACE, far, submit_job
@@ -34,6 +35,7 @@ def finished_trials(out: Path) -> int:
     return sum(1 for path in (out / "tune").glob("*/result.json") if path.stat().st_size > 0)
 
 
+@pytest.mark.timeout(900)
 def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
     # the graph engine makes a trial take about a second, so the node is lost mid-search
     config = {"suite": {"name": "edge_cloud", "seed": 4, "size": 400}, "space": SPACE, "models": ORACLE_MODELS,
@@ -54,22 +56,14 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
         worker = RayNode(env, head_address=head.gcs)
         job_env = {**env, "RAY_AUTH_MODE": "token"}
 
-        def submit(out: Path, wait: bool = True):
+        def submit(out: Path):
             command = [str(bin_dir / "ray"), "job", "submit", "--address", head.dashboard, "--working-dir",
-                       str(tmp_path), *([] if wait else ["--no-wait"]), "--", "python", "-m", "far", "job.yaml",
-                       "--quiet", "--output", str(out)]
+                       str(tmp_path), "--no-wait", "--", "python", "-m", "far", "job.yaml", "--quiet", "--output",
+                       str(out)]
             return submit_job(command, job_env)
 
-        done = submit(tmp_path / "cluster")
-        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-        stats = json.loads((tmp_path / "cluster" / "run_stats.json").read_text())
-        assert stats["cluster_nodes"] == 2
-        assert len(set(stats["rollout_actor_nodes"])) == 2  # SPREAD: one rollout actor on each node
-        assert summary_of(tmp_path / "cluster") == expected
-        assert trials_of(tmp_path / "cluster") == trials_of(tmp_path / "local")
-
         out = tmp_path / "fault"
-        started = submit(out, wait=False)
+        started = submit(out)
         assert started.returncode == 0, (started.stdout + started.stderr)[-3000:]
         job_id = next(word.strip("'") for line in started.stdout.splitlines() for word in line.split()
                       if word.strip("'").startswith("raysubmit_"))
@@ -78,6 +72,7 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
             time.sleep(0.5)
         assert 2 <= finished_trials(out) < BUDGET, "the worker node was not lost mid-search"
         assert worker.kill() > 0
+        deadline = time.time() + 400  # the rest of the search, on the head alone (minutes on a loaded machine)
         status = ""
         while time.time() < deadline:
             status = subprocess.run([str(bin_dir / "ray"), "job", "status", "--address", head.dashboard, job_id],
@@ -88,7 +83,10 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
         logs = subprocess.run([str(bin_dir / "ray"), "job", "logs", "--address", head.dashboard, job_id],
                               env=job_env, capture_output=True, text=True, timeout=60).stdout
         assert "succeeded" in status, logs[-3000:]
-        assert json.loads((out / "run_stats.json").read_text())["cluster_nodes"] == 1
+        stats = json.loads((out / "run_stats.json").read_text())
+        assert stats["cluster_nodes"] == 1
+        # one rollout actor was pinned to each node: the head's is alive, the worker's went with its node
+        assert "lost" in stats["rollout_actor_nodes"] and len(set(stats["rollout_actor_nodes"])) == 2
         summary = summary_of(out)
         assert summary["trials"] == BUDGET and summary["failed_trials"] == 0
         assert summary == expected  # no trial lost or counted twice: the same trials, ranks and winner

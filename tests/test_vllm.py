@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -47,37 +48,44 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def vllm_server():
+@pytest.fixture(scope="module", autouse=True)
+def vllm_server_process():
+    """The server is started before this module's first test and comes up while the actor test runs: a vLLM
+    start is mostly one process's imports and weight load, so the two overlap on two cores."""
     from rollout.models.weights import smollm2
 
     model = smollm2()
     port = _free_port()
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model.path),
-         "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
-         "--enforce-eager"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with tempfile.TemporaryFile("w+") as log:  # not a pipe: nobody reads it during the actor test, a full pipe blocks
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+               "VLLM_NO_USAGE_STATS": "1"}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model.path),
+             "--served-model-name", "smollm2", "--host", "127.0.0.1", "--port", str(port), "--max-model-len",
+             "2048", "--enforce-eager"],
+            env=env, stdout=subprocess.DEVNULL, stderr=log, text=True)
+        yield process, port, model, log
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture
+def vllm_server(vllm_server_process):
+    process, port, model, log = vllm_server_process
     deadline = time.time() + 300
     while time.time() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"vLLM server exited: {process.stderr.read()[-3000:]}")
+            log.seek(0)
+            pytest.fail(f"vLLM server exited: {log.read()[-3000:]}")
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-            break
+            return f"http://127.0.0.1:{port}/v1", model
         except OSError:
             time.sleep(2)
-    else:
-        process.kill()
-        pytest.fail("vLLM server did not come up in 300 s")
-    yield f"http://127.0.0.1:{port}/v1", model
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    pytest.fail("vLLM server did not come up in 300 s")
 
 
 def test_http_client_against_a_real_vllm_server(vllm_server):
