@@ -1,6 +1,7 @@
 """FATE against its baselines and the paper's ablations, on the same slices, in one command (issue 39).
 
     python bench/bench_fate.py [--seeds 0 1 2 3 4] [--rounds 3] [--tag T] [--set KEY=YAML ...] [--runs-only ARM ...]
+                               [--at COMMIT]
 
 Per seed (``configs/evolve.yaml`` with the ``--set`` overrides and the seed, written beside the outputs):
 1. ``far evolve`` runs, each in a fresh process: FATE as shipped, and the paper's ablations (no verifier
@@ -13,6 +14,11 @@ Per seed (``configs/evolve.yaml`` with the ``--set`` overrides and the seed, wri
 3. Differences of own-TSR, own-ASR (on injected requests) and own-HCR (on harmful ones), per seed and pooled
    over seeds, with paired bootstrap 95% intervals that resample whole templates (``paired_cluster_bootstrap``).
    FATE is credited with FATE − base under the same calibration.
+
+``--at COMMIT`` runs all of it with the code of a frozen commit (a protocol's seeds spread over sessions must all
+run the same code, whatever has been committed since): this script, from a git worktree of that commit under
+bench/out/, with the result file carried in and out; the result records the commit, and a result recorded at
+another commit is refused.
 
 The holdout is reported, never fitted or chosen on. Writes bench/results/fate{-T}.json (tracked: seeds judged in
 earlier sessions are kept and pooled with new ones; a seed already there is not run again); each run under
@@ -128,8 +134,53 @@ def differences(rows: list[tuple[list, dict]]) -> dict:
     return out
 
 
+def run_at(commit: str, argv: list[str], name: str, parser: argparse.ArgumentParser) -> None:
+    """This bench as ``commit`` has it, from a worktree of that commit (kept under bench/out/, so its finished runs
+    are kept too); the result file is carried in before and out after, stamped with the full commit."""
+    import shutil
+
+    from rollout.io import write_json_atomic
+
+    found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=ROOT,
+                           capture_output=True, text=True)
+    if found.returncode != 0:
+        parser.error(f"--at {commit}: not a commit of this repository")
+    full = found.stdout.strip()
+    path = RESULTS / f"{name}.json"
+    result: dict = json.loads(path.read_text()) if path.is_file() else {"seeds": {}}
+    if result.get("commit", full) != full:
+        parser.error(f"{path} was run at commit {result['commit']}, not {full}: use another --tag")
+    tree = ROOT / "bench" / "out" / f"at-{full[:12]}"
+    if not tree.is_dir():
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), full], cwd=ROOT, check=True)
+    carried = tree / "bench" / "results" / path.name
+    carried.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(carried, {**result, "commit": full})
+    env = {**__import__("os").environ, "PYTHONPATH": str(tree)}
+    ran = subprocess.run([sys.executable, str(tree / "bench" / "bench_fate.py"), *argv], cwd=tree, env=env)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(carried, path.with_suffix(".json.tmp"))
+    path.with_suffix(".json.tmp").replace(path)
+    if ran.returncode != 0:
+        raise SystemExit(ran.returncode)
+
+
+def without_at(argv: list[str]) -> list[str]:
+    """``argv`` less ``--at VALUE`` / ``--at=VALUE``."""
+    kept, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word == "--at":
+            skip = True
+        elif not word.startswith("--at="):
+            kept.append(word)
+    return kept
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--at", metavar="COMMIT", help="run with the code of this commit (a frozen protocol)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
@@ -144,6 +195,9 @@ def main() -> None:
     from rollout.io import write_json_atomic
 
     name = f"fate-{args.tag}" if args.tag else "fate"
+    if args.at:
+        run_at(args.at, without_at(sys.argv[1:]), name, parser)
+        return
     out_dir = ROOT / "bench" / "out"
     for arm, extra in ABLATIONS.items():  # every arm's config, checked before any run starts
         try:
