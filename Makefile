@@ -55,7 +55,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_agentdojo.py
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_evolve.py
-	$(BIN)/python bench/bench_fate.py --seeds 0 1 2 3 4 --tag frozen --set suite.seed=11 --set suite.size=1000 --set data.holdout_size=256
+	$(BIN)/python bench/bench_fate.py --at 7f8f9997f9cb7568c4b9d0661751aa9f827b9de6 --seeds 0 1 2 3 4 --tag frozen --set suite.seed=11 --set suite.size=1000 --set data.holdout_size=256
 	$(BIN)/python bench/bench_evolve_unsafe.py --rounds 1
 	$(BIN)/python bench/bench_evolve_unsafe.py --rounds 3 --exploration 0.5 --candidates 6 --reuse-base
 	$(BIN)/python bench/bench_real.py
