@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -54,7 +55,7 @@ def run_arm(out: Path, seed: int, rounds: int, overrides: list[str]) -> dict:
     if not (out / "summary.json").is_file():
         path = write_config(out.parent / f"{out.name}.yaml", seed, overrides, rounds=rounds, output=str(out))
         subprocess.run([sys.executable, "-m", "far", "evolve", str(path)], check=True, cwd=ROOT,
-                       env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
     return json.loads((out / "summary.json").read_text())
 
 
@@ -137,8 +138,6 @@ def differences(rows: list[tuple[list, dict]]) -> dict:
 def run_at(commit: str, argv: list[str], name: str, parser: argparse.ArgumentParser) -> None:
     """This bench as ``commit`` has it, from a worktree of that commit (kept under bench/out/, so its finished runs
     are kept too); the result file is carried in before and out after, stamped with the full commit."""
-    import shutil
-
     from rollout.io import write_json_atomic
 
     found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=ROOT,
@@ -156,11 +155,12 @@ def run_at(commit: str, argv: list[str], name: str, parser: argparse.ArgumentPar
     carried = tree / "bench" / "results" / path.name
     carried.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(carried, {**result, "commit": full})
-    env = {**__import__("os").environ, "PYTHONPATH": str(tree)}
-    ran = subprocess.run([sys.executable, str(tree / "bench" / "bench_fate.py"), *argv], cwd=tree, env=env)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(carried, path.with_suffix(".json.tmp"))
-    path.with_suffix(".json.tmp").replace(path)
+    ran = subprocess.run([sys.executable, str(tree / "bench" / "bench_fate.py"), *argv], cwd=tree,
+                         env={**os.environ, "PYTHONPATH": str(tree)})
+    judged = json.loads(carried.read_text())
+    if judged["seeds"] != result["seeds"]:  # seeds were judged (not only runs made): carry the result out
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(path, judged)
     if ran.returncode != 0:
         raise SystemExit(ran.returncode)
 
