@@ -151,6 +151,8 @@ def run_at(commit: str, argv: list[str], name: str, parser: argparse.ArgumentPar
         parser.error(f"{path} was run at commit {result['commit']}, not {full}: use another --tag")
     tree = ROOT / "bench" / "out" / f"at-{full[:12]}"
     if not tree.is_dir():
+        # prune first: a worktree deleted with bench/out/ (make clean) stays registered and blocks the add
+        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=True)
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), full], cwd=ROOT, check=True)
     carried = tree / "bench" / "results" / path.name
     carried.parent.mkdir(parents=True, exist_ok=True)
