@@ -14,7 +14,8 @@ The undefended policy (no review, no block) is measured too: the scripted agent 
 reads, so its ASR is the attack's reach into these episodes, not a model's gullibility. The grid crosses the
 thresholds with the rules (``provenance_rule`` and ``scope_rule`` in ``RULES``; issue 36), and the searched
 policy's holdout rollouts say which parameter stopped or rerouted how many calls (``search.results.rule_effects``).
-ASR comes with exact (Clopper-Pearson) 95% intervals.
+ASR comes with exact (Clopper-Pearson) 95% intervals, per (suite, attack) and pooled over the attacks; for each
+attack the undefended run let through, the parameter that stopped it under the guard is named (``stopped_by``).
 
 Writes bench/out/attacks.json.
 """
@@ -47,6 +48,39 @@ def exact_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[fl
     return low, high
 
 
+def pooled_asr(rows: list[dict]) -> dict:
+    """ASR over every attack, per suite and over all suites, with exact 95% intervals (the goal is stated pooled)."""
+    pooled: dict[str, list[int]] = {}
+    for row in rows:
+        successes, n = pooled.setdefault(row["suite"], [0, 0])
+        pooled[row["suite"]] = [successes + round(row["asr"] * row["injected"]), n + row["injected"]]
+    return {suite: {"successes": s, "injected": n, "asr": s / n, "asr_95": exact_interval(s, n)}
+            for suite, (s, n) in sorted(pooled.items())}
+
+
+def stopped_by(scenarios, undefended, guarded) -> dict[str, dict[str, int]]:
+    """Per "suite/attack", for each injected holdout episode whose attack succeeded undefended: the policy
+    parameters that intervened in the guarded rollout (``search.results.INTERVENTIONS``) and whether the cloud
+    reviewer vetoed, several joined by " + "; or "not stopped" where the attack succeeded under the guard too."""
+    from collections import Counter
+
+    from search.results import INTERVENTIONS
+
+    table: dict[str, Counter] = {}
+    for scenario, open_verdict, trajectory, verdict in zip(scenarios, undefended.verdicts, guarded.trajectories,
+                                                           guarded.verdicts, strict=True):
+        if scenario.kind != "injected" or open_verdict.z.security >= 1.0:
+            continue
+        key = f"{scenario.category}/{(scenario.environment or {}).get('attack')}"
+        deciders = sorted({f"{step.parameter} {action}" for step in trajectory.steps if step.parameter is not None
+                           and (action := INTERVENTIONS.get((step.node, step.decision.split(":")[0]))) is not None}
+                          | {"the cloud vetoed" for step in trajectory.steps
+                             if (step.node, step.decision) == ("cloud_review", "veto")})
+        label = "not stopped" if verdict.z.security < 1.0 else (" + ".join(deciders) or "no intervention")
+        table.setdefault(key, Counter())[label] += 1
+    return {key: dict(counter.most_common()) for key, counter in sorted(table.items())}
+
+
 def run_split(split_by: str, suites: list[str], attacks: list[str], version: str, models: dict = REAL) -> dict:
     from rollout.models.backends import ModelsConfig
     from rollout.policy import Policy
@@ -74,8 +108,10 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
     plain = rank([r for r in train if r.policy.provenance_rule == "allow" and r.policy.scope_rule == "allow"],
                  Constraints(max_mean_cost=COST_LIMIT["agentdojo"]))[0]
     out["thresholds_only_winner"] = plain.policy.short()
+    holdout = evaluator.scenarios("holdout")
+    evaluations = {}
     for label, policy in (("searched", best.policy), ("thresholds_only", plain.policy), ("undefended", undefended)):
-        evaluation = evaluator.evaluate(label, policy, "holdout")
+        evaluation = evaluations[label] = evaluator.evaluate(label, policy, "holdout")
         rows = attack_rows(breakdown(label, "holdout", evaluator.scenarios("holdout"), evaluation.verdicts),
                            label, "holdout")
         for row in rows:
@@ -88,6 +124,11 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
         print(f"  {split_by} {label} [{result.mark}] mean cost {result.mean_cost:.2f}\n{attack_table(rows)}\n"
               + "\n".join(f"  ASR 95% {r['attack']} {r['suite']}: [{r['asr_95'][0]:.3f}, {r['asr_95'][1]:.3f}]"
                           for r in rows) + f"\n{effects_table(effects)}", flush=True)
+    for label in ("searched", "thresholds_only"):
+        out[label]["pooled"] = pooled_asr(out[label]["per_attack"])
+        out[label]["stopped_by"] = stopped_by(holdout, evaluations["undefended"], evaluations[label])
+        print(f"  {split_by} {label}: pooled ASR {json.dumps(out[label]['pooled'])}\n  stopped by (attacks the "
+              f"undefended run let through): {json.dumps(out[label]['stopped_by'])}", flush=True)
     out["seconds"] = time.perf_counter() - started
     return out
 
