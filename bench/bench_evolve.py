@@ -76,21 +76,49 @@ class FixedSuite:
         return {"name": self.name, **{k: len(v) for k, v in self._by_split.items()}}
 
 
+def search_evaluator(config, dev, holdout):
+    """An evaluator of policies on FATE's ``dev`` ("train") and ``holdout`` scenarios, with ``config``'s cloud, user,
+    verifier and costs and the base SmolLM2 as a calibrated risk edge (``backend: smollm2``)."""
+    from rollout.models.backends import build_models
+    from search.pipeline import RunConfig, build_evaluator
+
+    models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
+                                                         "edge": {"backend": "smollm2"}})
+    run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier, costs=config.costs)
+    return build_evaluator(run, suite=FixedSuite(dev, holdout), models=build_models(models_config))
+
+
+def evolutionary_winner(evaluator, space, seed: int, budget: int):
+    """FAR's evolutionary policy search (population 8), ``budget`` policy evaluations on the "train" scenarios;
+    its winner (``search.rank``: fewest critical failures, then reward, then cost) and the evaluations made."""
+    from search.evolution import EvolutionarySearcher
+    from search.rank import rank
+
+    searcher = EvolutionarySearcher(space, population=8, seed=seed)
+    results = []
+    for i in range(budget):
+        params = searcher.suggest(str(i))
+        if params is None or params == searcher.FINISHED:
+            break
+        result = evaluator.evaluate(str(i), space.policy(params), "train").result
+        searcher.on_trial_complete(str(i), {"critical_failures": result.critical_failures, "reward": result.reward,
+                                            "cost": result.cost})
+        results.append(result)
+    return rank(results)[0], len(results)
+
+
 def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = "") -> dict:
-    """No weight update: the base SmolLM2 as a calibrated risk edge (``backend: smollm2``), and ``budget``
+    """No weight update: the base SmolLM2 as a calibrated risk edge (``search_evaluator``), and ``budget``
     policy evaluations on the dev scenarios by FAR's evolutionary search and by Optuna's NSGA-II; each
     winner (``search.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
 
     import optuna
 
-    from evolve.config import load_evolve_config
     from evolve.collect import draw_slices
+    from evolve.config import load_evolve_config
     from evolve.metrics import holdout_metrics
     from evolve.task import Scored
-    from rollout.models.backends import build_models
     from rollout.suites import build_suite
-    from search.pipeline import RunConfig, build_evaluator
-    from search.evolution import EvolutionarySearcher
     from search.rank import rank
     from search.space import load_space
 
@@ -99,10 +127,7 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
     suite = build_suite(config.suite, base)
     slices = draw_slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
     dev, test = slices.dev, slices.holdout
-    models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
-                                                         "edge": {"backend": "smollm2"}})
-    run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier, costs=config.costs)
-    evaluator = build_evaluator(run, suite=FixedSuite(dev, test), models=build_models(models_config))
+    evaluator = search_evaluator(config, dev, test)
     space = load_space(ROOT / "configs" / "space.yaml")
     out = {}
 
@@ -114,18 +139,8 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
         return {k: v for k, v in overall.items() if not k.startswith("own_")}  # no edge decision to read here
 
     started = time.perf_counter()
-    searcher = EvolutionarySearcher(space, population=8, seed=seed)
-    results = []
-    for i in range(budget):
-        params = searcher.suggest(str(i))
-        if params is None or params == searcher.FINISHED:
-            break
-        result = evaluator.evaluate(str(i), space.policy(params), "train").result
-        searcher.on_trial_complete(str(i), {"critical_failures": result.critical_failures, "reward": result.reward,
-                                            "cost": result.cost})
-        results.append(result)
-    winner = rank(results)[0]
-    out["policy_search"] = {"evaluations": len(results), "winner": winner.policy.model_dump(mode="json"),
+    winner, evaluations = evolutionary_winner(evaluator, space, seed, budget)
+    out["policy_search"] = {"evaluations": evaluations, "winner": winner.policy.model_dump(mode="json"),
                             "holdout": measure(winner.policy), "seconds": time.perf_counter() - started}
 
     started = time.perf_counter()
