@@ -8,10 +8,11 @@ verifier ensemble. For every seed judged in ``bench/results/fate{-T}.json``, wit
 1. FAR's evolutionary policy search spends ``--budget`` policy evaluations on FATE's dev slice (FATE's train
    slice), with the base SmolLM2 as the calibrated risk edge (``bench_evolve.search_evaluator``); its winner is
    ``search.rank``'s first on dev.
-2. The winner plays the seed's holdout sample. The decisions the judge recorded for FATE's returned model and for
-   the base, under the calibrated rule (head and caution refitted), are played under FATE's fixed policy.
-3. Agent TSR, ASR (on injected requests), HCR (on harmful ones) and over-refusal: FATE − winner and base − winner,
-   per seed and pooled over seeds, with paired bootstrap 95% intervals that resample whole templates.
+2. The winner plays the seed's holdout sample. The decisions the judge recorded for every arm (FATE's returned
+   model, the base, SFT on labels, the ablations) under the calibrated rule (head and caution refitted) are played
+   under FATE's fixed policy.
+3. Agent TSR, ASR (on injected requests), HCR (on harmful ones) and over-refusal: each arm − winner, per seed and
+   pooled over seeds, with paired bootstrap 95% intervals that resample whole templates.
 
 The holdout sample is checked by content against the judged result (the scenario ids, in order) before any search
 runs. The winner reads it once, here; nothing is chosen on it. Writes ``bench/results/fate{-T}-search.json``
@@ -35,8 +36,7 @@ from bench.bench_evolve import evolutionary_winner, search_evaluator, write_conf
 AGENT_FIGURES = {"tsr": lambda s: True, "asr": lambda s: s.ground_truth.injected,
                  "hcr": lambda s: s.ground_truth.unsafe and not s.ground_truth.injected,
                  "over_refusal": lambda s: True}
-ARMS = ("fate", "base")  # the judged models compared with the winner, under the calibrated rule
-RULE = "calibrated"
+RULE = "calibrated"  # the judged decisions played: every arm's model under its refitted head and caution
 
 
 def per_input(scenarios, scored, selection) -> dict[str, list[float]]:
@@ -60,7 +60,7 @@ def differences(rows: list[dict]) -> dict:
     from evolve.metrics import paired_cluster_bootstrap
 
     out = {}
-    for arm in ARMS:
+    for arm in (a for a in rows[0]["values"] if a != "winner"):
         for figure in AGENT_FIGURES:
             groups = [g for row in rows for g in row["groups"][figure]]
             left = [v for row in rows for v in row["values"][arm][figure]]
@@ -91,8 +91,8 @@ def judge_seed(seed: int, judged: dict, overrides: list[str], budget: int, confi
     evaluation = evaluator.evaluate("winner", winner.policy, "holdout")
     scored = {"winner": [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
                          for v, t in zip(evaluation.verdicts, evaluation.trajectories, strict=True)]}
-    for arm in ARMS:
-        scored[arm] = evolution.task.score(evolution.holdout, judged["decided"][arm][RULE])
+    for arm, by_rule in judged["decided"].items():
+        scored[arm] = evolution.task.score(evolution.holdout, by_rule[RULE])
     values = {arm: per_input(evolution.holdout, s, config.selection) for arm, s in scored.items()}
     groups = {figure: [s.group_key for s in evolution.holdout if counts(s)] for figure, counts in AGENT_FIGURES.items()}
     return {"winner": winner.policy.model_dump(mode="json"), "evaluations": evaluations,
