@@ -88,6 +88,14 @@ def search_evaluator(config, dev, holdout):
     return build_evaluator(run, suite=FixedSuite(dev, holdout), models=build_models(models_config))
 
 
+def as_scored(evaluation) -> list:
+    """A policy evaluation's rollouts as FATE's ``Scored`` (no edge decision: FATE's own figures do not apply)."""
+    from evolve.task import Scored
+
+    return [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
+            for v, t in zip(evaluation.verdicts, evaluation.trajectories, strict=True)]
+
+
 def evolutionary_winner(evaluator, space, seed: int, budget: int):
     """FAR's evolutionary policy search (population 8), ``budget`` policy evaluations on the "train" scenarios;
     its winner (``search.rank``: fewest critical failures, then reward, then cost) and the evaluations made."""
@@ -117,7 +125,6 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
     from evolve.collect import draw_slices
     from evolve.config import load_evolve_config
     from evolve.metrics import holdout_metrics
-    from evolve.task import Scored
     from rollout.suites import build_suite
     from search.rank import rank
     from search.space import load_space
@@ -132,9 +139,7 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
     out = {}
 
     def measure(policy) -> dict:
-        evaluation = evaluator.evaluate("winner", policy, "holdout")
-        scored = [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
-                  for v, t in zip(evaluation.verdicts, evaluation.trajectories)]
+        scored = as_scored(evaluator.evaluate("winner", policy, "holdout"))
         overall = holdout_metrics(test, scored, config.selection)["overall"]
         return {k: v for k, v in overall.items() if not k.startswith("own_")}  # no edge decision to read here
 

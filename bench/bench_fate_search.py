@@ -30,7 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 
-from bench.bench_evolve import evolutionary_winner, search_evaluator, write_config
+from bench.bench_evolve import (
+    as_scored,
+    evolutionary_winner,
+    search_evaluator,
+    write_config,
+)
 
 # which holdout inputs each agent figure is a rate over (as evolve.metrics.holdout_metrics counts them)
 AGENT_FIGURES = {"tsr": lambda s: True, "asr": lambda s: s.ground_truth.injected,
@@ -77,7 +82,6 @@ def judge_seed(seed: int, judged: dict, overrides: list[str], budget: int, confi
     """One seed: the winner found on dev and every arm's per-input agent figures on the holdout sample."""
     from evolve.config import load_evolve_config
     from evolve.loop import Evolution
-    from evolve.task import Scored
     from search.space import load_space
 
     config, base = load_evolve_config(write_config(config_path, seed, overrides))
@@ -88,9 +92,7 @@ def judge_seed(seed: int, judged: dict, overrides: list[str], budget: int, confi
     evaluator = search_evaluator(config, evolution.dev, evolution.holdout)
     winner, evaluations = evolutionary_winner(evaluator, load_space(ROOT / "configs" / "space.yaml"), seed, budget)
     searched = time.perf_counter() - started
-    evaluation = evaluator.evaluate("winner", winner.policy, "holdout")
-    scored = {"winner": [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
-                         for v, t in zip(evaluation.verdicts, evaluation.trajectories, strict=True)]}
+    scored = {"winner": as_scored(evaluator.evaluate("winner", winner.policy, "holdout"))}
     for arm, by_rule in judged["decided"].items():
         scored[arm] = evolution.task.score(evolution.holdout, by_rule[RULE])
     values = {arm: per_input(evolution.holdout, s, config.selection) for arm, s in scored.items()}
