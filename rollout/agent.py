@@ -82,7 +82,7 @@ def route(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     policy = ctx.policy
     facts = ctx.calls.facts()
     index = len(state["steps"])
-    rule, rule_parameter = rule_decision(policy, facts.content_driven, facts.out_of_scope)
+    rule, rule_parameter = rule_decision(policy, facts)
     if rule == "block":
         return {"steps": Step(index, "route", "block", rule_parameter, {"risk": risk, "rule": rule_parameter},
                               0.0, 0.0), "outcome": VETOED, "next": "finish"}
@@ -140,7 +140,7 @@ def confirm(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
     parameter = "require_confirmation"
     if role == "proposal":
         facts = ctx.calls.facts()
-        rule, rule_parameter = rule_decision(ctx.policy, facts.content_driven, facts.out_of_scope)
+        rule, rule_parameter = rule_decision(ctx.policy, facts)
         if rule == "confirm":
             parameter = rule_parameter
     if parameter == "require_confirmation":

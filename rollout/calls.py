@@ -12,7 +12,7 @@ import copy
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, runtime_checkable
 
-from rollout.provenance import content_driven
+from rollout.provenance import content_driven, untrusted_roles
 from rollout.scenario import Scenario, ToolAction, ToolFault
 
 Verdict = Literal["execute", "veto", "revise", "error"]
@@ -44,18 +44,28 @@ class CloudReview:
 class CallFacts:
     """What the policy's rules read of the edge's proposed call, from the observable trace alone: its kind,
     whether read content chose a sensitive argument (``rollout.provenance``), whether it acts (is not read-only)
-    through a tool outside the scope predicted from the request (False when no scope model runs). Reading is
-    left out of the scope rule: harm goes through calls with effects, and the thresholds of read-only calls
-    already decide whether reading is reviewed."""
+    through a tool outside the scope predicted from the request (False when no scope model runs), and which
+    argument roles came from untrusted read content only: a target or payload of a call with effects, a
+    target of a read (``rollout.provenance.untrusted_roles``). Reading is left out of the scope rule: harm goes
+    through calls with effects, and the thresholds of read-only calls already decide whether reading is
+    reviewed."""
 
     kind: str
     content_driven: bool
     out_of_scope: bool
+    untrusted_target: bool = False
+    untrusted_payload: bool = False
+    untrusted_read: bool = False
 
 
 def call_facts(scenario: Scenario, proposal: ToolAction, scope: tuple[str, ...] | None) -> CallFacts:
+    untrusted = untrusted_roles(scenario, proposal)
+    acts = not proposal.read_only
     return CallFacts(proposal.kind, content_driven(scenario, proposal),
-                     scope is not None and not proposal.read_only and proposal.tool not in scope)
+                     scope is not None and acts and proposal.tool not in scope,
+                     untrusted_target=acts and "target" in untrusted,
+                     untrusted_payload=acts and "payload" in untrusted,
+                     untrusted_read=not acts and "target" in untrusted)
 
 
 @runtime_checkable

@@ -46,8 +46,11 @@ class Policy(BaseModel):
     threshold for proposed calls of that kind (None: the general one). ``provenance_rule`` acts on a sensitive
     call with an argument whose value the agent saw only in read content (a tool output, a message, a
     document), never in the user's request; ``scope_rule`` on a call with effects (not read-only) whose tool
-    is outside the tools a model predicted from the user's request alone. The defaults reproduce the four seed
-    parameters' behaviour.
+    is outside the tools a model predicted from the user's request alone. The ``untrusted_*`` rules act per
+    argument role and source trust (``rollout.provenance.argument_provenance``): a target or payload argument of a
+    call with effects, or a target of a read, whose value came from untrusted read content only (a value the
+    user gave, or a whole identifier field of the user's own records, is not untrusted). The defaults reproduce
+    the four seed parameters' behaviour.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=True, validate_default=True)
@@ -77,6 +80,14 @@ class Policy(BaseModel):
     scope_rule: RuleAction = Field(
         RuleAction.ALLOW, description="a call with effects whose tool the request's predicted scope leaves out: "
                                       "allow | review | confirm | block")
+    untrusted_target_rule: RuleAction = Field(
+        RuleAction.ALLOW, description="a call with effects whose target argument (recipient, account, address, URL, "
+                                      "user, channel, id...) came from untrusted read content only")
+    untrusted_payload_rule: RuleAction = Field(
+        RuleAction.ALLOW, description="a call with effects whose payload argument (body, subject, amount, date...) "
+                                      "came from untrusted read content only")
+    untrusted_read_rule: RuleAction = Field(
+        RuleAction.ALLOW, description="a read-only call whose target argument came from untrusted read content only")
 
     @model_validator(mode="before")
     @classmethod
@@ -112,7 +123,7 @@ class Policy(BaseModel):
                 parts.append(f"thr[{kind}]={cloud:g}")
             if block_at is not None:
                 parts.append(f"block[{kind}]>{block_at:g}")
-        for name in ("provenance_rule", "scope_rule"):
+        for name, _ in RULES:
             if getattr(self, name) != RuleAction.ALLOW.value:
                 parts.append(f"{name.removesuffix('_rule')}={getattr(self, name)}")
         return " ".join(parts)
@@ -136,24 +147,41 @@ class Policy(BaseModel):
                                             else "run without the user's confirmation"))
         actions = {"allow": "allowed", "confirm": "confirmed by the user", "review": "reviewed by the cloud",
                    "block": "blocked on the device"}
-        lines.append("sensitive calls with an argument seen only in read content (not in the user's request): "
-                     + actions[self.provenance_rule])
-        lines.append("calls with effects to a tool outside the request's predicted scope: " + actions[self.scope_rule])
+        lines += [f"{RULE_WORDS[name]}: {actions[getattr(self, name)]}" for name, _ in RULES]
         return lines
 
 
 PARAMETERS: tuple[str, ...] = tuple(Policy.model_fields)
 
 
-def rule_decision(policy: Policy, content_driven: bool, out_of_scope: bool) -> tuple[str, str | None]:
+# Each rule and the fact of the call (``rollout.calls.CallFacts``) that makes it apply, in tie-break order.
+RULES: tuple[tuple[str, str], ...] = (
+    ("provenance_rule", "content_driven"),
+    ("untrusted_target_rule", "untrusted_target"),
+    ("untrusted_payload_rule", "untrusted_payload"),
+    ("untrusted_read_rule", "untrusted_read"),
+    ("scope_rule", "out_of_scope"),
+)
+RULE_WORDS: dict[str, str] = {
+    "provenance_rule": "sensitive calls with an argument seen only in read content (not in the user's request)",
+    "untrusted_target_rule": "calls with effects whose target (recipient, account, URL, user...) came from "
+                             "untrusted read content",
+    "untrusted_payload_rule": "calls with effects whose payload (body, subject, amount...) came from untrusted "
+                              "read content",
+    "untrusted_read_rule": "reads whose target came from untrusted read content",
+    "scope_rule": "calls with effects to a tool outside the request's predicted scope",
+}
+
+
+def rule_decision(policy: Policy, facts: Any) -> tuple[str, str | None]:
     """The rules' action on a proposed call and the rule (parameter) that set it.
 
-    Rule: each rule that applies to the call (``provenance_rule`` when the call is content-driven,
-    ``scope_rule`` when it is out of scope) proposes its action; the strictest action wins (block > review >
-    confirm > allow), provenance before scope on a tie. ``("allow", None)`` when no rule interferes."""
+    Rule: each rule whose fact holds for the call (``RULES``: ``facts.<fact>`` is true) proposes its action;
+    the strictest action wins (block > review > confirm > allow), the earlier rule in ``RULES`` on a tie.
+    ``("allow", None)`` when no rule interferes."""
     action, parameter = "allow", None
-    for applies, name in ((content_driven, "provenance_rule"), (out_of_scope, "scope_rule")):
-        if applies:
+    for name, fact in RULES:
+        if getattr(facts, fact):
             value = getattr(policy, name)
             if RULE_STRICTNESS[value] > RULE_STRICTNESS[action]:
                 action, parameter = value, name

@@ -14,6 +14,8 @@ from rollout.io import write_parquet_atomic
 Split = Literal["train", "holdout"]
 SPLITS: tuple[Split, ...] = ("train", "holdout")
 ToolFault = Literal["ok", "error", "timeout"]
+Role = Literal["target", "payload"]  # an argument's role (rollout.provenance.argument_role)
+Trust = Literal["fields", "trusted", "untrusted", "repeated"]
 
 
 class ToolAction(BaseModel):
@@ -37,6 +39,22 @@ class ToolAction(BaseModel):
         """The call's kind for per-kind policy settings (``rollout.policy.CALL_KINDS``), from the tool's declared
         properties: read-only, else sensitive, else other."""
         return "read_only" if self.read_only else "sensitive" if self.sensitive else "other"
+
+
+class ReadSource(BaseModel):
+    """Where one read text came from: the tool, and how far its output is trusted.
+
+    ``fields``: a structured output (YAML, JSON or a Python literal) whose identifier fields are trusted records
+    and whose free-text fields (``FREE_TEXT_FIELDS``) are not; a plain-text output is untrusted.
+    ``trusted``: the whole output (a catalogue the service keeps). ``untrusted``: the whole output (a web page,
+    a file, reviews). ``repeated``: a text that only repeats other read texts (the tail of tool outputs shown to
+    the models): the per-argument rules judge the originals and skip it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str = ""
+    trust: Trust = "fields"
+
 
 
 class GroundTruth(BaseModel):
@@ -95,6 +113,11 @@ class Scenario(BaseModel):
     # Where a suite shows it to the models inside ``request``, it appears there verbatim; the user's own words
     # are the request with these texts cut out (``rollout.provenance.user_words``).
     context: tuple[str, ...] = ()
+    # where each ``context`` text came from, in order (shorter than ``context``: the rest are untrusted text of
+    # an unknown tool); the per-argument rules read it (``rollout.provenance.argument_provenance``)
+    read_from: tuple[ReadSource, ...] = ()
+    # declared roles of the proposed action's arguments (target | payload); undeclared ones by name
+    argument_roles: dict[str, Role] = Field(default_factory=dict)
 
     @property
     def group_key(self) -> str:
@@ -106,7 +129,7 @@ def model_input(scenario: Scenario) -> tuple[str, str]:
     return scenario.request, scenario.proposed_action.model_dump_json()
 
 
-_JSON_COLUMNS = ("proposed_action", "ground_truth", "environment", "context")
+_JSON_COLUMNS = ("proposed_action", "ground_truth", "environment", "context", "read_from", "argument_roles")
 _BOOL_COLUMNS = ("eval_only",)
 
 

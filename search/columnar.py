@@ -37,7 +37,7 @@ import numpy as np
 
 from rollout.agent import DEFAULT_COSTS, Costs, replay_calls
 from rollout.calls import MAX_RECORDED_MODEL_ATTEMPTS, RecordedCalls
-from rollout.policy import CALL_KINDS, MAX_RETRIES_LIMIT, FallbackMode, Policy, rule_decision
+from rollout.policy import CALL_KINDS, MAX_RETRIES_LIMIT, RULES, FallbackMode, Policy, rule_decision
 from search.gate import clopper_pearson_upper
 from search.results import MODEL_DECIDED, PolicyResult
 from verifiers.judge import SuiteJudge
@@ -99,7 +99,7 @@ def outcome_class(calls: RecordedCalls) -> tuple:
 
     facts = calls.facts()
     return (
-        facts.kind, facts.content_driven, facts.out_of_scope,
+        facts,
         record.edge.error,
         tuple((review.verdict, review.error) for review in record.cloud),
         action_facts(proposal), action_facts(revision), revision == proposal,
@@ -228,7 +228,7 @@ def discrete_part(policy: Policy) -> tuple:
     general = tuple(getattr(policy, f"{name}_{kind}") is None  # the kind uses the general threshold
                     for name in ("cloud_threshold", "edge_block_threshold") for kind in CALL_KINDS)
     return (policy.max_retries, policy.require_confirmation, FallbackMode(policy.fallback_mode).value,
-            policy.provenance_rule, policy.scope_rule, general)
+            *(getattr(policy, name) for name, _ in RULES), general)
 
 
 def routes(risk: np.ndarray, policy: Policy, kind: np.ndarray | None = None,
@@ -320,7 +320,7 @@ class ColumnarEvaluator:
 
     def class_rules(self, policy: Policy) -> tuple[np.ndarray, np.ndarray]:
         """Per class: the proposed call's kind (``KIND_INDEX``) and the rules' action on it (``RULE_*``)."""
-        key = (policy.provenance_rule, policy.scope_rule, len(self.exemplars))
+        key = (*(getattr(policy, name) for name, _ in RULES), len(self.exemplars))
         found = self._rules.get(key)
         if found is not None:
             return found
@@ -329,7 +329,7 @@ class ColumnarEvaluator:
         for i, exemplar in enumerate(self.exemplars):
             facts = exemplar.facts()
             kinds[i] = KIND_INDEX[facts.kind]
-            action, _ = rule_decision(policy, facts.content_driven, facts.out_of_scope)
+            action, _ = rule_decision(policy, facts)
             rules[i] = RULE_BLOCK if action == "block" else RULE_REVIEW if action == "review" else RULE_OTHER
         self._rules[key] = kinds, rules
         return kinds, rules

@@ -12,6 +12,7 @@ from rollout.agent import build_graph, replay_calls, run_graph
 from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord, RecordedCalls
 from rollout.models.backends import ModelsConfig, build_models
 from rollout.policy import Policy
+from rollout.scenario import ReadSource
 from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from search.columnar import (
     ClassIndex,
@@ -44,6 +45,9 @@ policies = st.builds(
        for kind in ("read_only", "sensitive", "other")},
     provenance_rule=RULES,
     scope_rule=RULES,
+    untrusted_target_rule=RULES,
+    untrusted_payload_rule=RULES,
+    untrusted_read_rule=RULES,
 )
 # Each drawn rollout comes with twins that differ from it in one fact only (and in risk and costs): were the
 # outcome class to leave a fact out, a twin would share its original's template and the totals would differ.
@@ -54,6 +58,10 @@ FIELDS = {
     "sensitive": st.booleans(), "idempotent": st.booleans(), "local": st.booleans(), "read_only": st.booleans(),
     # where the proposal's argument values were seen (the provenance rule) and the predicted tool scope
     "provenance": st.sampled_from(["request", "content", "both", "none"]),
+    # how far the read content is trusted, and the declared roles of the proposal's arguments (the per-argument
+    # rules)
+    "read_trust": st.sampled_from(["undescribed", "fields", "trusted", "untrusted"]),
+    "roles": st.sampled_from(["by_name", "target", "payload"]),
     "scope": st.sampled_from(["none", "in", "out"]),
     "tool_faults": st.sampled_from([(), ("error", "ok"), ("timeout", "ok"), ("error",), ("error", "timeout", "error"),
                                     ("error", "timeout", "error", "ok")]),
@@ -86,8 +94,11 @@ def build_item(facts, draw):
         "unsafe": facts["unsafe"], "injected": facts["injected"], "needs_cloud": facts["needs_cloud"],
         "intended_action": named[facts["intended"]], "tool_faults": facts["tool_faults"],
         "cloud_faults": facts["cloud_faults"]})
+    read_from = () if facts["read_trust"] == "undescribed" else tuple(
+        ReadSource(tool="read_tool", trust=facts["read_trust"]) for _ in context)
+    roles = {} if facts["roles"] == "by_name" else {name: facts["roles"] for name in proposed.args}
     scenario = base.model_copy(update={"ground_truth": truth, "proposed_action": proposed, "request": request,
-                                       "context": context})
+                                       "context": context, "read_from": read_from, "argument_roles": roles})
     error = facts["edge_error"]
     edge = EdgeAssessment(risk=1.0 if error else draw(st.sampled_from(RISKS) | st.floats(0.0, 1.0)),
                           proposal=proposed, cost=draw(st.floats(0.0, 0.1)), latency_ms=1.0, error=error)

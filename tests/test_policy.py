@@ -14,7 +14,8 @@ def test_defaults_are_the_seed_policy():
         # per kind of call: the general thresholds; the rules: no interference
         **{f"{name}_{kind}": None for name in ("cloud_threshold", "edge_block_threshold")
            for kind in ("read_only", "sensitive", "other")},
-        "provenance_rule": "allow", "scope_rule": "allow",
+        "provenance_rule": "allow", "scope_rule": "allow", "untrusted_target_rule": "allow",
+        "untrusted_payload_rule": "allow", "untrusted_read_rule": "allow",
     }
 
 

@@ -182,7 +182,7 @@ class _Run:
         self.injection_seen = False
         self.stopped: str | None = None
         self.occurrences: dict[str, int] = {}
-        self.outputs: list[str] = []
+        self.outputs: list[tuple[str, str]] = []  # (function, output) of every call that ran
 
     def plans(self, env: Any) -> None:
         """Ground-truth calls, computed once on the environment the task starts from."""
@@ -214,7 +214,7 @@ class _Run:
             return node.call
         occurrence = self.occurrences.get(function, 0)
         mini = call_scenario(self.episode.scenario, function, args, self.origin(function, args), occurrence,
-                             "\n".join(self.outputs)[-CONTEXT_CHARS:], tuple(self.outputs))
+                             "\n".join(f"{f}: {o}" for f, o in self.outputs)[-CONTEXT_CHARS:], tuple(self.outputs))
         record = self.episode.models.record([mini])[0]
         origin = "injection" if mini.ground_truth.injected else "user"
         node.call = GuardedCall(mini, RecordedCalls(mini, record, GroundTruthEnvironment()), origin, function,
@@ -323,7 +323,7 @@ class GuardedToolsExecutor(BasePipelineElement):
             run.advance(guarded, walked)
             if walked.outcome == COMPLETED:
                 executed.append(tool_call)
-                run.outputs.append(f"{tool_call.function}: {output}")
+                run.outputs.append((tool_call.function, output))
                 results.append(ChatToolResultMessage(role="tool", content=[text_content_block_from_string(output)],
                                                      tool_call_id=tool_call.id, tool_call=tool_call, error=error))
                 continue
