@@ -7,7 +7,8 @@
 
 ``run_evaluate`` (far evaluate), ``run_search`` (far search), ``run_calibrate`` (far calibrate),
 ``import_scenarios`` (far import-scenarios), ``run_evolve`` (far evolve), ``run_service`` (far serve), and
-``build_evaluator`` to evaluate policies of your own on a config's suite and models. Bad input raises
+``build_evaluator`` to evaluate policies of your own on a config's suite and models; ``Guard.load(policy.json)``
+enforces a searched policy on a live agent's calls (``rollout.guard``). Bad input raises
 ``FarInputError`` (its message names file and field) before any expensive work.
 
 The top of the layer order: this package may import every other one; none imports it.
@@ -23,9 +24,34 @@ _EXPORTS = {
     "import_scenarios": "search.pipeline", "build_evaluator": "search.pipeline",
     "EvaluateResult": "search.pipeline", "SearchResult": "search.pipeline",
     "run_evolve": "evolve.loop", "run_service": "serve.service",
+    "load_guard": "search.pipeline", "read_policy_file": "search.pipeline",
+    "Decision": "rollout.guard", "ReadItem": "rollout.guard",
 }
 
-__all__ = ["FarEnvironmentError", "FarInputError", *_EXPORTS]
+__all__ = ["FarEnvironmentError", "FarInputError", "Guard", *_EXPORTS]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+class _GuardLoader:
+    """``far.Guard.load(policy.json, audit_log=..., shadow=...)``: the runtime guard of a policy file
+    (``search.policy_file.load_guard``); ``far.Guard(policy, models)`` builds one directly."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from rollout.guard import Guard as _Guard
+
+        return _Guard(*args, **kwargs)
+
+    @staticmethod
+    def load(path: Any, **kwargs: Any) -> Any:
+        from search.pipeline import load_guard
+
+        return load_guard(path, **kwargs)
+
+
+Guard = _GuardLoader()
 
 
 def __getattr__(name: str) -> Any:

@@ -31,13 +31,14 @@ from search.config import (
 from search.evaluate import Evaluator
 from search.gate import GateConfig, GateVerdict, gate
 from search.html_report import metric_rounds_page
+from search.policy_file import load_guard, read_policy_file
 from search.results import PolicyResult
 from verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
 
 __all__ = [
     "EvaluateResult", "GateConfig", "GateVerdict", "PolicyResult", "Progress", "RunConfig", "SearchResult",
     "build_evaluator", "build_verifier", "gate", "import_scenarios", "metric_rounds_page", "run_calibrate",
-    "run_evaluate", "run_search",
+    "load_guard", "read_policy_file", "run_evaluate", "run_search",
 ]
 
 Progress = Callable[[str], None]  # one line of progress (the CLI prints it to stderr)
@@ -314,6 +315,7 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     from rollout.scenario import SPLITS
     from rollout.suites import split_manifest
     from search.html_report import render
+    from search.policy_file import policy_file
     from search.leaderboard import advice, build_leaderboard, cost_critical_front
     from search.rank import Constraints
     from search.report import attribution_table, effects_table, front_table, results_table
@@ -438,6 +440,8 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     }
     # summary.json holds no figure of this run's circumstances (time, a warm cache): same config and seed, same file
     write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / "policy.json", policy_file(winner, loaded.raw.get("models") or {}, models, suite.name,
+                                                        board.deployable, winner_holdout, winner_gate.to_dict()))
     import ray
 
     placement = {"cluster_nodes": sum(node["Alive"] for node in ray.nodes()),
@@ -451,8 +455,8 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
                                                   leaderboard, winner_train, winner_holdout,
                                                   Constraints.from_gate(config.gate)))
     lines += [f"\nModel calls: {calls_stats['calls_made']} made, {calls_stats['hits']} answered from the cache",
-              f"Results: {out}/ (summary.json, trials.parquet, rollouts.parquet, policy_results.parquet, "
-              "report.html, run_stats.json, tune/)"]
+              f"Results: {out}/ (policy.json: the winner for a runtime guard, far.Guard.load; summary.json, "
+              "trials.parquet, rollouts.parquet, policy_results.parquet, report.html, run_stats.json, tune/)"]
     pool.shutdown()
     return SearchResult(out, winner, board.deployable, winner_gate, winner_train, winner_holdout, leaderboard,
                         list(run.trials), summary, "\n".join(lines), [] if board.deployable else no_deploy)
