@@ -238,3 +238,57 @@ class Guard:
         if self.shadow:
             return decision.model_copy(update={"would": decision.action, "action": "execute"})
         return decision
+
+
+# --- where agents live: a LangGraph node over OpenAI-style tool calls ----------------------------------------------
+
+class GuardedTool(BaseModel):
+    """A tool the guarded node may run: the function, its declared properties (``ToolAction``'s), the roles of
+    its arguments, and how far its output is trusted when the agent reads it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    function: Any
+    sensitive: bool = False
+    read_only: bool = False
+    idempotent: bool = True
+    roles: dict[str, Literal["target", "payload"]] = Field(default_factory=dict)
+    trust: Literal["fields", "trusted", "untrusted"] = "fields"
+
+
+def guarded_tool_node(guard: Guard, tools: dict[str, GuardedTool], confirm: Any = None) -> Any:
+    """A LangGraph node in place of a ``ToolNode``: for each tool call of the last AI message, the guard decides
+    from the first human message (the request), the tool messages so far (what was read) and the call; it runs
+    what the guard lets through (``confirm(call) -> bool`` answers a confirmation; without it a call that needs
+    one is not run) and answers every call with a ``ToolMessage`` -- a refusal says why, so the agent and its
+    user see it instead of a silently skipped call."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    def node(state: dict[str, Any]) -> dict[str, Any]:
+        messages = state["messages"]
+        request = next((str(m.content) for m in messages if isinstance(m, HumanMessage)), "")
+        read = [ReadItem(output=str(m.content), tool=m.name or "",
+                         trust=tools[m.name].trust if m.name in tools else "untrusted")
+                for m in messages if isinstance(m, ToolMessage) and m.status != "error"]
+        last = next(m for m in reversed(messages) if isinstance(m, AIMessage))
+        answers = []
+        for tool_call in last.tool_calls:
+            name, spec = tool_call["name"], tools.get(tool_call["name"])
+            if spec is None:
+                answers.append(ToolMessage(f"[FAR guard] unknown tool {name!r}", tool_call_id=tool_call["id"],
+                                           name=name, status="error"))
+                continue
+            call = ToolAction(tool=name, args=tool_call["args"], sensitive=spec.sensitive, read_only=spec.read_only,
+                              idempotent=spec.idempotent)
+            decision = guard.decide(request, read, call, spec.roles)
+            runs = decision.action == "execute" or (decision.action == "confirm" and confirm is not None
+                                                    and confirm(decision.call or call))
+            if runs:
+                chosen = decision.call or call
+                answers.append(ToolMessage(str(spec.function(**chosen.args)), tool_call_id=tool_call["id"], name=name))
+            else:
+                answers.append(ToolMessage(f"[FAR guard: {decision.action}] {decision.reason}",
+                                           tool_call_id=tool_call["id"], name=name, status="error"))
+        return {"messages": answers}
+
+    return node

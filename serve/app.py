@@ -33,7 +33,8 @@ from rollout.errors import FarInputError
 from rollout.scenario import Scenario
 from rollout.trajectory import Trajectory
 from serve.schemas import (
-    JobStatus, PolicyScore, ScorePolicyRequest, ScoreTrajectoriesRequest, ScoreTrajectoriesResponse,
+    DecideRequest, DecideResponse, JobStatus, PolicyScore, ScorePolicyRequest, ScoreTrajectoriesRequest,
+    ScoreTrajectoriesResponse,
     ScoreTrajectoryRequest, ScoreTrajectoryResponse, ServeConfig, SuiteInfo, verdict_response,
 )
 from verifiers.rules import verify_all
@@ -95,6 +96,15 @@ def check_suites(config: ServeConfig, base_dir: Path | None, source: str | Path)
                                 row=error.row) from None
         fit_on = fit_suites(config.models, base_dir, source, config.suites[name])
         check_fit_data(config.models, source, suite, fit_on, "evaluate")
+    if config.guard is not None:  # the policy file parses and names its models' states (loaded on first use)
+        from search.pipeline import read_policy_file
+
+        try:
+            read_policy_file((base_dir or Path(".")) / config.guard.policy_file)
+        except FarInputError as error:
+            raise FarInputError(error.message, file=error.file or source,
+                                field=f"guard.policy_file: {error.field}" if error.field else "guard.policy_file",
+                                row=error.row) from None
 
 
 class PolicyScorer:
@@ -331,6 +341,18 @@ def create_api(backend_of: Any) -> FastAPI:
                                 headers={"Location": f"/v1/jobs/{job.job_id}"})
         return await asyncio.to_thread(scorer.score, body)
 
+    @api.post("/v1/decide", response_model=DecideResponse,
+              responses={404: {"description": "no policy file configured"}, 422: {"description": "invalid call"}})
+    async def decide(body: DecideRequest) -> DecideResponse:
+        """The configured policy file's runtime guard on each proposed call (``rollout.guard``)."""
+        decider = backend_of().decider
+        if decider.config is None:
+            raise HTTPException(404, "no policy file configured (the serve config's guard.policy_file)")
+        try:
+            return DecideResponse(decisions=await asyncio.to_thread(decider.decide, body.items))
+        except FarInputError as error:
+            raise HTTPException(422, str(error)[:300]) from None
+
     @api.get("/v1/jobs/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown job"}})
     async def job_status(job_id: str) -> JobStatus:
         job = await asyncio.to_thread(backend_of().policy_scorer().job, job_id)
@@ -339,6 +361,29 @@ def create_api(backend_of: Any) -> FastAPI:
         return job
 
     return api
+
+
+class Decider:
+    """The runtime guard of the serve config's policy file, loaded on first use (one per replica)."""
+
+    def __init__(self, config: ServeConfig, base_dir: Path | None) -> None:
+        self.config = config.guard
+        self.base_dir = base_dir or Path(".")
+        self._guard: Any = None
+        self._lock = threading.Lock()
+
+    def guard(self) -> Any:
+        with self._lock:
+            if self._guard is None:
+                from search.pipeline import load_guard
+
+                log = self.config.audit_log
+                self._guard = load_guard(self.base_dir / self.config.policy_file, shadow=self.config.shadow,
+                                         audit_log=self.base_dir / log if log else None)
+            return self._guard
+
+    def decide(self, items: list[Any]) -> list[Any]:
+        return self.guard().decide_batch([item.model_dump() for item in items])
 
 
 class LocalBackend:
@@ -352,6 +397,7 @@ class LocalBackend:
         self.verifier = build_verifier(RunConfig(models=config.models, rewards=config.rewards,
                                                  verifier=config.verifier))
         self._scorer = PolicyScorer(config, base_dir)
+        self.decider = Decider(config, base_dir)
 
     async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
         return verify_all(self.verifier, [s for s, _ in items], [t for _, t in items])
@@ -444,6 +490,7 @@ class ServeBackend:
                                                   verifier=config.verifier))
         self.token_sha256 = token_sha256
         self._scorer = PolicyScorer(config, base_dir)
+        self.decider = Decider(config, base_dir)
 
     async def score(self, items: list[tuple[Scenario, Trajectory]]) -> list[Verdict]:
         if self.ensemble is None:  # topology "ingress": the members run in this replica

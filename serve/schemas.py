@@ -11,8 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rollout.agent import Costs
 from rollout.models.backends import ModelsConfig
+from rollout.guard import Decision, ReadItem
 from rollout.policy import Policy
-from rollout.scenario import Scenario
+from rollout.scenario import Scenario, ToolAction
 from rollout.suites import SuiteSpec
 from rollout.trajectory_io import TrajectoryModel
 from search.pipeline import GateConfig, PolicyResult
@@ -52,6 +53,36 @@ class JobsConfig(BaseModel):
         return database
 
 
+class GuardConfig(BaseModel):
+    """``guard:``: the policy file ``POST /v1/decide`` enforces (``far search`` writes it), where its decisions are
+    logged, and whether it only logs (shadow mode: every answer is execute, ``would`` holds the decision)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    policy_file: str = Field(min_length=1, description="relative paths: to the config's folder")
+    audit_log: str | None = Field(None, description="an append-only JSONL log of every decision (relative: to the "
+                                                     "config's folder)")
+    shadow: bool = False
+
+
+class DecideItem(BaseModel):
+    """One proposed call: the user's request, what the agent has read so far, the call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    request: str
+    read: list[ReadItem | str] = Field(default_factory=list)
+    call: ToolAction
+    argument_roles: dict[str, Literal["target", "payload"]] = Field(default_factory=dict)
+
+
+class DecideRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    items: list[DecideItem] = Field(min_length=1, max_length=256)
+
+
+class DecideResponse(BaseModel):
+    decisions: list[Decision]
+
+
 class ServeConfig(BaseModel):
     """``far serve CONFIG.yaml``: where to listen, the verifier ensemble, and the suites policies are scored on."""
 
@@ -68,6 +99,7 @@ class ServeConfig(BaseModel):
     models: ModelsConfig = ModelsConfig()
     suites: dict[str, SuiteSpec] = Field(default_factory=lambda: {"edge_cloud": SuiteSpec(name="edge_cloud")})
     replicas: int = Field(1, ge=1, description="replicas per deployment")
+    guard: GuardConfig | None = Field(None, description="the policy POST /v1/decide enforces (None: no such route)")
     output: str = Field("results/serve", description="the service's folder (relative: to the working directory): "
                         "the job database")
     jobs: JobsConfig = JobsConfig()
