@@ -166,3 +166,20 @@ def test_the_langgraph_node_runs_what_the_guard_allows_and_answers_the_rest():
     assert [(m.tool_call_id, m.status) for m in out] == [("2", "error"), ("3", "success")]
     assert "untrusted_target_rule" in out[0].content
     assert sent == [("GB29NWBK60161331926819", 5.0)]
+
+
+def test_the_docs_example_runs_against_a_policy_file(tmp_path, monkeypatch):
+    """docs/guard.md's example, as written, on a policy file whose models read no labels it could see here (the
+    ORACLE models read the runtime scenario's empty labels: the rules decide)."""
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "guard.md").read_text()
+    example = docs.split("```python\n")[1].split("```")[0]
+    (tmp_path / "results" / "search").mkdir(parents=True)
+    (tmp_path / "results" / "search" / "policy.json").write_text(json.dumps({
+        "format": "far-policy", "version": 1, "models": {"config": oracle_models(cache={"enabled": False})},
+        "policy": {"cloud_threshold": 1.0, "require_confirmation": False, "untrusted_target_rule": "block"}}))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, "docs/guard.md", "exec"), {})
+    entries = AuditLog(tmp_path / "results" / "audit.jsonl").entries()
+    assert [(e["action"], e["rule"]) for e in entries] == [("block", "untrusted_target_rule")]
