@@ -36,7 +36,7 @@ from rollout.scenario import GroundTruth, ReadSource, Scenario, ToolAction, Tool
 from rollout.trajectory import Trajectory
 
 Action = Literal["execute", "confirm", "block"]
-CONTEXT_CHARS = 2000  # the tail of the tool outputs the models see, most recent last (as on AgentDojo)
+CONTEXT_CHARS = 2000  # the tail of the tool outputs the models see, most recent last (as the episode suite shows it)
 
 
 class Decision(BaseModel):
