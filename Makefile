@@ -53,6 +53,8 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_rules.py
 	$(BIN)/python bench/bench_reviser.py
 	$(BIN)/python bench/bench_agentdojo.py
+	$(BIN)/python bench/bench_provenance.py
+	$(BIN)/python bench/bench_guard.py
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_evolve.py
 	$(BIN)/python bench/bench_fate.py --at 7f8f9997f9cb7568c4b9d0661751aa9f827b9de6 --seeds 0 1 2 3 4 --tag frozen --set suite.seed=11 --set suite.size=1000 --set data.holdout_size=256
