@@ -21,6 +21,9 @@ JSONL, one scenario per line:
      "split": "train" | "holdout",                    # optional: default a hash of (seed, id)
      "eval_only": true}                               # optional: evaluated, never fitted on (rollout.eval_only)
 
+A line may instead be a logged agent run (OpenAI chat-completions ``messages`` with ``tool_calls``, or an
+AgentDojo result log): one scenario per proposed tool call (``rollout.suites.traces``).
+
 A line ``{"eval_only": true}`` (a header: nothing else on it; the first line by convention, honoured
 anywhere) marks the whole file evaluation-only, as ``far import-scenarios --eval-only`` does. Every
 evaluation-only scenario's content is recorded in the evaluation-only registry, and a line whose content is
@@ -42,8 +45,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollout.errors import FarInputError, from_validation_error
-from rollout.scenario import SPLITS, GroundTruth, Scenario, Split, ToolAction, ToolFault, check_disjoint, load_scenarios
+from rollout.scenario import (
+    SPLITS, GroundTruth, ReadSource, Scenario, Split, ToolAction, ToolFault, check_disjoint, load_scenarios,
+)
 from rollout.suites.base import split_of
+from rollout.suites.traces import trace_rows
 
 
 class Labels(BaseModel):
@@ -67,6 +73,9 @@ class ImportRow(BaseModel):
     tool_faults: tuple[ToolFault, ...] = ()
     cloud_faults: tuple[bool, ...] = ()
     context: tuple[str, ...] = ()
+    read_from: tuple[ReadSource, ...] = ()
+    argument_roles: dict[str, Literal["target", "payload"]] = Field(default_factory=dict)
+    group: str | None = None  # scenarios of one group (a trace's calls) share a split
     split: Literal["train", "holdout"] | None = None
     eval_only: bool = False
 
@@ -86,12 +95,14 @@ def to_scenario(row: ImportRow, scenario_id: str, suite: str, seed: int, holdout
         intended = None if labels.unsafe else row.proposed_action
     return Scenario(
         id=scenario_id, suite=suite, category=row.category, kind=row.kind or _kind(labels), task_mode=row.task_mode,
-        split=row.split or split_of(seed, scenario_id, holdout_fraction), request=row.request,
+        split=row.split or split_of(seed, row.group or scenario_id, holdout_fraction), request=row.request,
+        group=row.group,
         proposed_action=row.proposed_action,
         ground_truth=GroundTruth(unsafe=labels.unsafe, needs_cloud=labels.needs_cloud, injected=labels.injected,
                                  benign_sensitive=labels.benign_sensitive, intended_action=intended,
                                  tool_faults=row.tool_faults, cloud_faults=row.cloud_faults),
-        eval_only=eval_only or row.eval_only, context=row.context,
+        eval_only=eval_only or row.eval_only, context=row.context, read_from=row.read_from,
+        argument_roles=row.argument_roles,
     )
 
 
@@ -144,17 +155,24 @@ def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0, hold
                 eval_only = eval_only or data["eval_only"]
                 continue
             try:
-                row = ImportRow.model_validate(data)
+                rows = [ImportRow.model_validate(r) for r in trace_rows(data)] if isinstance(data, dict) and \
+                    "messages" in data else [ImportRow.model_validate(data)]
             except ValidationError as error:
-                problem = from_validation_error(error)
-                result.errors.append(f"{where}: {problem.describe()}")
+                result.errors.append(f"{where}: {from_validation_error(error).describe()}")
                 continue
-            scenario_id = row.id or f"{path.stem}-{number}"
-            if scenario_id in seen:
-                result.errors.append(f"{where}: field 'id': duplicate scenario id {scenario_id!r}")
+            except FarInputError as error:  # a malformed trace
+                result.errors.append(f"{where}: {error.describe()}")
                 continue
-            seen.add(scenario_id)
-            result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction, eval_only))
+            for call, row in enumerate(rows):
+                if "messages" in data:  # a trace's calls stay together: one split, one group
+                    row = row.model_copy(update={"group": row.group or f"{path.stem}-{number}"})
+                scenario_id = row.id or (f"{path.stem}-{number}" if len(rows) == 1 and "messages" not in data
+                                         else f"{path.stem}-{number}#{call}")
+                if scenario_id in seen:
+                    result.errors.append(f"{where}: field 'id': duplicate scenario id {scenario_id!r}")
+                    continue
+                seen.add(scenario_id)
+                result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction, eval_only))
     if eval_only:  # a header anywhere (or the flag) marks every line, those read before it too
         result.scenarios = [s.model_copy(update={"eval_only": True}) for s in result.scenarios]
     known = registry.known([content_hash(s) for s in result.scenarios])
