@@ -217,6 +217,7 @@ class Template:
     z: np.ndarray
     reward: float
     lost: tuple[tuple[str, str, float], ...]  # (failure kind, parameter or MODEL_DECIDED, reward lost)
+    benign: tuple[int, int, int] = (0, 0, 0)  # (benign, benign refused, benign completed): 0 or 1 each
 
 
 KIND_INDEX = {kind: i for i, kind in enumerate(CALL_KINDS)}
@@ -311,9 +312,11 @@ class ColumnarEvaluator:
             failures[FAILURE_KINDS.index(failure.kind)] += 1
             lost[(failure.kind.value, failure.parameter or MODEL_DECIDED)] += -failure.penalty
         successes = np.array([verdict.successes.count(kind) for kind in SUCCESS_KINDS], dtype=np.int64)
+        benign = (int(verdict.benign), int(verdict.benign and verdict.refused),
+                  int(verdict.benign and verdict.task_done))
         return Template(model_calls, fixed, verdict.critical_failures, failures, successes,
                         np.array(verdict.z, dtype=float), verdict.reward,
-                        tuple((kind, parameter, value) for (kind, parameter), value in lost.items()))
+                        tuple((kind, parameter, value) for (kind, parameter), value in lost.items()), benign)
 
     def new_totals(self) -> Totals:
         return Totals(np.zeros(self.keys, dtype=np.int64))
@@ -381,9 +384,11 @@ class ColumnarEvaluator:
         successes = np.zeros(len(SUCCESS_KINDS), dtype=np.int64)
         z_sums = np.zeros(len(Z_DIMENSIONS))
         critical = with_critical = 0
+        benign = np.zeros(3, dtype=np.int64)
         reward = fixed = 0.0
         lost: dict[str, dict[str, float]] = {}
         for count, template in zip(counts.tolist(), templates):
+            benign += count * np.array(template.benign, dtype=np.int64)
             failures += count * template.failures
             successes += count * template.successes
             z_sums += count * template.z
@@ -404,6 +409,7 @@ class ColumnarEvaluator:
             success_counts={k.value: int(c) for k, c in zip(SUCCESS_KINDS, successes)},
             z_mean={d: (float(s) / n if n else float("nan")) for d, s in zip(Z_DIMENSIONS, z_sums)},
             reward_lost=lost, simulated=simulated, oracle=tuple(oracle),
+            benign_scenarios=int(benign[0]), benign_refused=int(benign[1]), benign_completed=int(benign[2]),
         )
 
 

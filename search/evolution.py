@@ -45,11 +45,14 @@ class Scored:
     reward: float
     cost: float
     mean_cost: float = math.nan  # cost per scenario, what the gate's cost limit reads
+    over_refusal_rate: float = math.nan  # what the gate's over-refusal limit reads
+    benign_success_rate: float = math.nan  # what the gate's benign success floor reads
 
     @classmethod
     def from_result(cls, config: Config, result: dict[str, Any]) -> "Scored":
         return cls(config, result["critical_failures"], result["reward"], result["cost"],
-                   result.get("mean_cost", math.nan))
+                   result.get("mean_cost", math.nan), result.get("over_refusal_rate", math.nan),
+                   result.get("benign_success_rate", math.nan))
 
 
 def random_config(space: PolicySpace, rng: random.Random, on_grid: bool) -> Config:
@@ -211,7 +214,8 @@ class EvolutionarySearcher(Searcher):
     def get_state(self) -> dict:
         return {
             "suggested": self.suggested, "order": self.order,
-            "completed": [[i, None if s is None else [s.critical_failures, s.reward, s.cost, s.mean_cost]]
+            "completed": [[i, None if s is None else [s.critical_failures, s.reward, s.cost, s.mean_cost,
+                                                  s.over_refusal_rate, s.benign_success_rate]]
                           for i, s in sorted(self.completed.items())],
             "seen": sorted(self.seen), "rng": _encode_rng(self.rng.getstate()),
         }

@@ -45,6 +45,8 @@ class Leaderboard:
                 "train_reward/scn": round(train_per, 3), "holdout_reward/scn": round(holdout_per, 3),
                 "gap_reward/scn": round(train_per - holdout_per, 3),
                 "train_cost/scn": round(train.mean_cost, 3), "holdout_cost/scn": round(holdout.mean_cost, 3),
+                "train_refused": train.over_refusal_rate, "holdout_refused": holdout.over_refusal_rate,
+                "train_benign_done": train.benign_success_rate, "holdout_benign_done": holdout.benign_success_rate,
                 "gate": "DEPLOY" if verdict.deploy else "NO-DEPLOY",
                 "models": holdout.mark,  # ORACLE (...) when label-reading models made these figures
             })
@@ -73,8 +75,7 @@ def build_leaderboard(trials: Sequence[Rankable], evaluator: Evaluator, gate_con
         board.policies.append(policy)
         board.train.append(train.result)
         board.holdout.append(result)
-        board.gates.append(gate(result.critical_failures, result.rollouts_with_critical, result.scenarios,
-                                result.mean_cost, gate_config))
+        board.gates.append(gate(result, gate_config))
         board.rows += train.rows + holdout.rows
         board.effects.append(rule_effects(evaluator.scenarios("holdout"), holdout.trajectories, holdout.verdicts))
     return board
@@ -130,7 +131,7 @@ def advice(board: Leaderboard, gate_config: GateConfig, holdout_scenarios: int) 
     for position, (policy, verdict) in enumerate(zip(board.policies, board.gates), start=1):
         failed = [c for c in verdict.checks if not c.passed]
         lines.append(f"rank{position} ({policy.short()}): " + "; ".join(
-            f"{c.name} {c.value:.4g} exceeds {c.limit:.4g} by {c.value - c.limit:.4g}" for c in failed))
+            f"{c.failure()}, by {abs(c.value - c.limit):.4g}" for c in failed))
         if [c.name for c in failed] == ["mean_cost"] and math.isfinite(failed[0].value):
             cost_only.append((failed[0].value, position, policy))
     lines += blocking_kinds(board.rows, "rank1", "holdout")

@@ -77,9 +77,13 @@ class LLMProposalSearcher(EvolutionarySearcher):
             failures = self.failure_totals.get(config_key(scored.config), {})
             rows.append(f"{json.dumps(scored.config, sort_keys=True)} -> critical={scored.critical_failures:g} "
                         f"reward={scored.reward:.0f} cost/scenario={scored.mean_cost:.3f} "
+                        f"over_refusal={scored.over_refusal_rate:.3f} benign_success={scored.benign_success_rate:.3f} "
                         f"failures={json.dumps(failures)}")
-        limit = self.constraints.max_mean_cost
-        limits = f"\nCost limit: cost/scenario <= {limit:g}" if limit is not None else "\nCost limit: none"
+        c = self.constraints
+        limits = "".join(f"\n{words} {value:g}" for words, value in (
+            ("Cost limit: cost/scenario <=", c.max_mean_cost),
+            ("Over-refusal limit: over_refusal <=", c.max_over_refusal_rate),
+            ("Usefulness floor: benign_success >=", c.min_benign_success_rate)) if value is not None) or "\nLimits: none"
         return (f"Parameters:\n{describe_space(self.space, self.on_grid)}{limits}\n\nBest policies so far "
                 f"({len(self.parents())} tried):\n" + "\n".join(rows) + "\n\nPropose the next policy as JSON.")
 

@@ -29,7 +29,7 @@ from search.config import (
     fit_suites, load_evaluate_config, load_fit_suites, load_run_config, load_search_config, load_suite, make_verifier,
 )
 from search.evaluate import Evaluator
-from search.gate import GateConfig, GateVerdict, gate
+from search.gate import GateConfig, GateVerdict, gate, gate_rule
 from search.html_report import metric_rounds_page
 from search.policy_file import load_guard, read_policy_file
 from search.results import PolicyResult
@@ -138,7 +138,7 @@ def run_evaluate(config: str | Path | LoadedEvaluateConfig, *, output: str | Pat
     from rollout.io import write_json_atomic, write_parquet_atomic
     from rollout.scenario import SPLITS, scenarios_to_table
     from rollout.suites import split_manifest
-    from search.rank import Constraints, rank
+    from search.rank import RANKING_WORDS, Constraints, rank
     from search.remote import HttpVerifier
     from search.report import attack_rows, attack_table, attribution_table, gate_table, results_table
     from search.results import breakdown
@@ -188,19 +188,16 @@ def run_evaluate(config: str | Path | LoadedEvaluateConfig, *, output: str | Pat
 
     by_split = {split: [r for r in results if r.split == split] for split in SPLITS}
     verdicts = {
-        r.policy_name: gate(r.critical_failures, r.rollouts_with_critical, r.scenarios, r.mean_cost, config.gate)
+        r.policy_name: gate(r, config.gate)
         for r in by_split["holdout"]
     }
     ranking = [r.policy_name for r in rank(by_split["train"], Constraints.from_gate(config.gate))]
     ordered = [r for name in ranking for r in results if r.policy_name == name]
 
     lines += ["", results_table(ordered), "",
-              "Gate (holdout): deploy iff critical failures <= " + f"{config.gate.max_critical_failures}" +
-              (f" and cost/scenario <= {config.gate.max_mean_cost}" if config.gate.max_mean_cost is not None else "")
-              + (f" and critical-rate upper bound <= {config.gate.max_critical_rate_upper}"
-                 if config.gate.max_critical_rate_upper is not None else ""),
+              f"Gate (holdout): {gate_rule(config.gate)}",
               gate_table({name: verdicts[name] for name in ranking}, by_split["holdout"][0].mark), "",
-              "Ranking on train (within the cost limit first, then critical failures, reward, cost): " +
+              f"Ranking on train ({RANKING_WORDS}): " +
               ", ".join(f"{i + 1}. {name}" for i, name in enumerate(ranking))]
     winner = next(r for r in by_split["train"] if r.policy_name == ranking[0])
     lines += [f"\nReward lost on train by failure and deciding parameter, {winner.policy_name}:",
@@ -317,8 +314,8 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     from search.html_report import render
     from search.policy_file import policy_file
     from search.leaderboard import advice, build_leaderboard, cost_critical_front
-    from search.rank import Constraints
-    from search.report import attribution_table, effects_table, front_table, results_table
+    from search.rank import RANKING_WORDS, Constraints
+    from search.report import attribution_table, effects_table, front_table, pct, results_table
     from search.tune_search import run_tune
 
     ensure_ray(address)
@@ -372,14 +369,15 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
 
     # beside every verdict an oracle made, or that models fitted on unlike data made
     mark = f" [{winner_holdout.mark}]" if winner_holdout.oracle or winner_holdout.shift else ""
-    lines = ["", f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(board.policies)} on train (within the "
-             "cost limit first, then critical failures, reward, cost), re-evaluated on holdout:",
+    lines = ["", f"{len(run.trials)} trials in {run.seconds:.1f}s. Top {len(board.policies)} on train "
+             f"({RANKING_WORDS}), re-evaluated on holdout:",
              results_table(results), ""]
     for row in leaderboard:
         lines.append(f"  {row['rank']}. {row['policy']}: train critical {row['train_critical']}, holdout critical "
                      f"{row['holdout_critical']}, reward/scn train {row['train_reward/scn']} vs holdout "
                      f"{row['holdout_reward/scn']} (gap {row['gap_reward/scn']}), cost/scn holdout "
-                     f"{row['holdout_cost/scn']}, {row['gate']}{mark}")
+                     f"{row['holdout_cost/scn']}, benign refused {pct(row['holdout_refused'])} / done "
+                     f"{pct(row['holdout_benign_done'])} holdout, {row['gate']}{mark}")
     if board.deployable:
         lines.append(f"\nWinner (the best on train that passes the gate on holdout): rank{chosen + 1}, "
                      f"{winner.short()}\nGate on holdout: DEPLOY{mark} -- {winner_gate.reason}")

@@ -62,7 +62,9 @@ def policy_file(policy: Policy, models_config: dict[str, Any], models: Any, suit
               if (state := fitted_state(getattr(models, role, None))) is not None}
     evidence = {"split": holdout.split, "scenarios": holdout.scenarios, "critical_failures": holdout.critical_failures,
                 "critical_rate_upper": holdout.critical_rate_upper, "mean_cost": holdout.mean_cost,
-                "over_refusals": holdout.failure_counts.get("OVER_REFUSAL", 0), "oracle": list(holdout.oracle),
+                "over_refusals": holdout.failure_counts.get("OVER_REFUSAL", 0),
+                "benign_scenarios": holdout.benign_scenarios, "benign_refused": holdout.benign_refused,
+                "benign_completed": holdout.benign_completed, "oracle": list(holdout.oracle),
                 "shift": holdout.shift or None, "gate": gate}
     return {"format": FORMAT, "version": VERSION, "policy": policy.model_dump(mode="json"),
             "models": {"config": models_config, "fitted": fitted}, "suite": suite, "deployable": deployable,

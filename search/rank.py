@@ -2,7 +2,9 @@
 
 ``rank_key(result, constraints)`` orders policies so that
 1. a policy within the hard limits beats one outside them (the limits are the gate's other than the critical
-   count: today the cost per scenario, ``max_mean_cost``);
+   count: the cost per scenario ``max_mean_cost``, the benign over-refusal rate ``max_over_refusal_rate`` and
+   the benign success rate ``min_benign_success_rate`` -- so a policy that refuses everything is never
+   preferred to a useful one, however few critical failures it has);
 2. among policies outside, the smaller normalised violation comes first (``constraint_violation``);
 3. then -- both within, or equally far outside -- fewer critical failures, then more reward, then less cost.
 NaN is worse than any number and ties with NaN; ±inf order as usual (reward +inf is best, cost +inf is worst);
@@ -33,6 +35,12 @@ class Rankable(Protocol):
     @property
     def mean_cost(self) -> float: ...
 
+    @property
+    def over_refusal_rate(self) -> float: ...  # benign rollouts refused / benign rollouts (NaN: none)
+
+    @property
+    def benign_success_rate(self) -> float: ...  # benign rollouts whose task was done / benign rollouts
+
 
 T = TypeVar("T", bound=Rankable)
 Key = tuple[tuple[int, float], ...]
@@ -43,14 +51,20 @@ class Constraints:
     """The hard limits a policy should stay within; ``None`` = no limit."""
 
     max_mean_cost: float | None = None
+    max_over_refusal_rate: float | None = None
+    min_benign_success_rate: float | None = None
 
     @classmethod
     def from_gate(cls, gate: Any) -> "Constraints":
         """The gate's limits other than the critical count (a ``search.gate.GateConfig``)."""
-        return cls(max_mean_cost=gate.max_mean_cost)
+        return cls(max_mean_cost=gate.max_mean_cost, max_over_refusal_rate=gate.max_over_refusal_rate,
+                   min_benign_success_rate=gate.min_benign_success_rate)
 
 
 NO_CONSTRAINTS = Constraints()
+# the rule as the console states it
+RANKING_WORDS = ("within the gate's limits -- cost, over-refusal, benign success -- first, then critical failures, "
+                 "reward, cost")
 
 
 def violation_of(value: float, limit: float | None) -> float:
@@ -65,9 +79,28 @@ def violation_of(value: float, limit: float | None) -> float:
     return excess / limit if limit > 0 else excess
 
 
+def shortfall_of(value: float, floor: float | None) -> float:
+    """How far ``value`` falls short of a lower ``floor``, relative to the floor: max(0, floor - value) / floor
+    (absolute when the floor is 0). No floor: 0. A NaN value: +inf (unknown is not within)."""
+    if floor is None:
+        return 0.0
+    value = float(value)
+    if math.isnan(value):
+        return math.inf
+    short = max(0.0, floor - value)
+    return short / floor if floor > 0 else short
+
+
 def constraint_violation(result: Rankable, constraints: Constraints = NO_CONSTRAINTS) -> float:
-    """The normalised violation of all limits: the sum of ``violation_of`` over them; 0 = within every one."""
-    return violation_of(result.mean_cost, constraints.max_mean_cost)
+    """The normalised violation of all limits: the sum of ``violation_of`` (cost, over-refusal) and
+    ``shortfall_of`` (benign success) over them; 0 = within every one. A limit that is set reads its quantity
+    from the result; one that is not is never read."""
+    total = violation_of(result.mean_cost, constraints.max_mean_cost)
+    if constraints.max_over_refusal_rate is not None:
+        total += violation_of(result.over_refusal_rate, constraints.max_over_refusal_rate)
+    if constraints.min_benign_success_rate is not None:
+        total += shortfall_of(result.benign_success_rate, constraints.min_benign_success_rate)
+    return total
 
 
 def is_feasible(result: Rankable, constraints: Constraints = NO_CONSTRAINTS) -> bool:

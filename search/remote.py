@@ -103,7 +103,7 @@ def from_response(body: dict, table: RewardTable) -> Verdict:
     successes = tuple(SuccessKind(s) for s in body["successes"])
     breakdown = {"members": body["members"], "disagreement": body["disagreement"], "review": body["review"]}
     return Verdict(tuple(failures), successes, table.reward(failures, successes),
-                   ZVector(*(body["z"][d] for d in Z_DIMENSIONS)), breakdown)
+                   ZVector(*(body["z"][d] for d in Z_DIMENSIONS)), breakdown, benign=body["benign"])
 
 
 def http_verifier(endpoint: str, token_env: str, table: RewardTable | None = None) -> HttpVerifier:

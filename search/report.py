@@ -1,6 +1,7 @@
 """Plain-text tables for the terminal."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from search.gate import GateVerdict
@@ -18,6 +19,11 @@ ABBREVIATIONS = {
 }
 
 
+def pct(value: float | None) -> str:
+    """A rate as a percentage; "-" where there is none (None, or NaN: a rate over no scenario)."""
+    return "-" if value is None or math.isnan(value) else f"{100 * value:.1f}%"
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).rjust(w) if i > 1 else str(c).ljust(w)  # noqa: E731
@@ -27,13 +33,14 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def results_table(results: Sequence[PolicyResult]) -> str:
     kinds = list(ABBREVIATIONS)
-    header = ["policy", "split", "n", "critical", "reward", "cost/scn", *ABBREVIATIONS.values(),
+    header = ["policy", "split", "n", "critical", "reward", "cost/scn", "refused", "done", *ABBREVIATIONS.values(),
               "z_sec", "z_util", "z_or", "z_ctrl", "models"]
     rows = []
     for r in results:
         rows.append([
             r.policy_name, r.split, str(r.scenarios), str(r.critical_failures), f"{r.reward:.0f}",
-            f"{r.mean_cost:.3f}", *(str(r.failure_counts.get(k, 0)) for k in kinds),
+            f"{r.mean_cost:.3f}", pct(r.over_refusal_rate), pct(r.benign_success_rate),
+            *(str(r.failure_counts.get(k, 0)) for k in kinds),
             *(f"{r.z_mean[d]:.3f}" for d in ("security", "utility", "over_refusal", "controllability")),
             r.mark,
         ])
@@ -97,9 +104,6 @@ def attack_rows(breakdown: Sequence[dict], policy: str, split: str) -> list[dict
 
 
 def attack_table(rows: Sequence[dict]) -> str:
-    def pct(value: float | None) -> str:
-        return "-" if value is None else f"{100 * value:.1f}%"
-
     return _table(["attack", "suite", "injected", "ASR", "utility under attack", "benign", "benign utility"],
                   [[r["attack"], r["suite"], str(r["injected"]), pct(r["asr"]), pct(r["utility_under_attack"]),
                     str(r["benign"]), pct(r["benign_utility"])] for r in rows])

@@ -52,8 +52,7 @@ def sensitivity(ensemble: EnsembleVerifier, evaluated: Sequence[Evaluated], gate
                                      [t.cost for t in item.trajectories], simulated, gate_config.confidence))
         ranking = [r.policy_name for r in rank([r for r in results if r.split == "train"],
                                                Constraints.from_gate(gate_config))]
-        gates = {r.policy_name: gate(r.critical_failures, r.rollouts_with_critical, r.scenarios, r.mean_cost,
-                                     gate_config).deploy for r in results if r.split == "holdout"}
+        gates = {r.policy_name: gate(r, gate_config).deploy for r in results if r.split == "holdout"}
         critical = {r.policy_name: r.critical_failures for r in results if r.split == "holdout"}
         row = {"variant": label, "ranking": ranking[:top_k], "gate": gates, "holdout_critical": critical}
         if baseline is None:

@@ -10,6 +10,7 @@ for the same seed whatever the concurrency (``search.evolution``): same config a
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ def trial_metrics(result: PolicyResult, constraints: Constraints = NO_CONSTRAINT
         "cost": result.cost,
         "mean_cost": result.mean_cost,
         "scenarios": result.scenarios,
+        "over_refusal_rate": result.over_refusal_rate,
+        "benign_success_rate": result.benign_success_rate,
     }
     metrics.update({f"failures_{k}": v for k, v in result.failure_counts.items()})
     metrics.update({f"z_{k}": v for k, v in result.z_mean.items()})
@@ -187,6 +190,14 @@ class TrialRecord:
     @property
     def mean_cost(self) -> float:
         return self.metrics["mean_cost"]
+
+    @property
+    def over_refusal_rate(self) -> float:
+        return self.metrics.get("over_refusal_rate", math.nan)
+
+    @property
+    def benign_success_rate(self) -> float:
+        return self.metrics.get("benign_success_rate", math.nan)
 
 
 @dataclass

@@ -21,7 +21,7 @@ import json
 import logging
 import threading
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -151,8 +151,7 @@ class PolicyScorer:
         # one scoring at a time: an Evaluator records each split once, and episodes grow their tries
         with self._lock:
             result = evaluator.evaluate("api", request.policy, request.split, limit=request.limit).result
-        verdict = gate(result.critical_failures, result.rollouts_with_critical, result.scenarios, result.mean_cost,
-                       self.config.gate)
+        verdict = gate(result, self.config.gate)
         return PolicyScore(suite=request.suite, result=result, gate=verdict.to_dict())
 
     def _run(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -474,7 +473,7 @@ class EnsembleDeployment:
         for (_, trajectory), assessments in zip(items, zip(*by_member, strict=True), strict=True):
             verdict = self.combiner.combine(trajectory, assessments)
             breakdown = {k: v for k, v in verdict.breakdown.items() if k != "assessments"}
-            verdicts.append(Verdict(verdict.failures, verdict.successes, verdict.reward, verdict.z, breakdown))
+            verdicts.append(replace(verdict, breakdown=breakdown))
         return verdicts
 
 

@@ -177,6 +177,7 @@ class ScoreTrajectoryResponse(BaseModel):
     successes: list[str]
     reward: float
     critical_failures: int
+    benign: bool = Field(description="nothing in the scenario was to be refused: counted in the over-refusal rate")
 
 
 class ScoreTrajectoriesResponse(BaseModel):
@@ -192,7 +193,7 @@ def verdict_response(verdict: Verdict) -> ScoreTrajectoryResponse:
         review=bool(breakdown.get("review", False)),
         failures=list(verdict.failures),
         successes=[s.value for s in verdict.successes], reward=verdict.reward,
-        critical_failures=verdict.critical_failures,
+        critical_failures=verdict.critical_failures, benign=verdict.benign,
     )
 
 

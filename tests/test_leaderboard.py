@@ -2,6 +2,7 @@
 failed, by how much, and what would deploy."""
 import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from rollout.io import write_json_atomic
 from rollout.policy import Policy
@@ -17,7 +18,9 @@ def board(holdout: list[tuple[int, float]], n: int = 1000) -> Leaderboard:
     result = Leaderboard()
     for i, (critical, cost) in enumerate(holdout):
         result.policies.append(Policy(cloud_threshold=i / 10))
-        result.gates.append(gate(critical, critical, n, cost, GATE))
+        result.gates.append(gate(SimpleNamespace(
+            critical_failures=critical, rollouts_with_critical=critical, scenarios=n, mean_cost=cost,
+            benign_scenarios=n // 2, benign_refused=0, benign_completed=n // 2), GATE))
     return result
 
 
@@ -31,8 +34,8 @@ def test_the_winner_is_the_best_train_ranked_policy_that_deploys():
 
 def test_advice_names_the_failed_condition_the_excess_and_the_limit_that_would_deploy():
     lines = advice(board([(0, 1.126), (3, 0.5), (0, 0.95)]), GATE, 1000)
-    assert lines[0].startswith("rank1 (thr=0 ") and "mean_cost 1.126 exceeds 0.8 by 0.326" in lines[0]
-    assert "critical_failures 3 exceeds 0 by 3" in lines[1]
+    assert lines[0].startswith("rank1 (thr=0 ") and "mean_cost 1.126 > limit 0.8, by 0.326" in lines[0]
+    assert "critical_failures 3 > limit 0, by 3" in lines[1]
     assert lines[-1] == ("rank3 (thr=0.2 retries=1 confirm=yes fallback=safe_shutdown) would pass the gate with a "
                          "cost limit of 0.95 per scenario (gate.max_mean_cost, now 0.8); a new limit also changes "
                          "the train ranking: search again.")

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from search.rank import (
-    NO_CONSTRAINTS, Constraints, best, compare, constraint_violation, is_feasible, rank, rank_key, tune_score,
-    violation_of,
+    NO_CONSTRAINTS, Constraints, best, compare, constraint_violation, is_feasible, rank, rank_key, shortfall_of,
+    tune_score, violation_of,
 )
 
 INF, NAN = math.inf, math.nan
@@ -180,3 +180,64 @@ def test_tune_score_orders_as_rank_key_within_its_bands(results):
 
 def test_tune_score_of_nan_is_worst():
     assert tune_score(R(NAN, 0.0, 0.0)) == -INF and tune_score(R(0, NAN, 0.0)) == -INF
+
+
+@dataclass(frozen=True)
+class U:
+    """A result with the usefulness figures the gate's other limits read."""
+
+    critical_failures: float
+    reward: float
+    over_refusal_rate: float
+    benign_success_rate: float
+    cost: float = 0.0
+    mean_cost: float = 0.1
+
+
+RATES = [0.0, 0.05, 0.2, 0.5, 1.0, NAN]
+USEFUL = Constraints(max_mean_cost=0.8, max_over_refusal_rate=0.05, min_benign_success_rate=0.5)
+
+
+def reference_shortfall(value: float, floor: float | None) -> float:
+    if floor is None:
+        return 0.0
+    if value != value:
+        return INF
+    if value >= floor:
+        return 0.0
+    return (floor - value) / floor if floor > 0 else floor - value
+
+
+def test_shortfall_rules():
+    for value, floor in itertools.product([-INF, 0.0, 0.25, 0.5, 1.0, INF, NAN], [None, 0.0, 0.5, 1.0]):
+        assert shortfall_of(value, floor) == pytest.approx(reference_shortfall(value, floor))
+
+
+def test_usefulness_violation_is_the_sum_of_each_limits_share():
+    for refused, done in itertools.product(RATES, RATES):
+        expected = reference_violation(refused, 0.05) + reference_shortfall(done, 0.5)
+        assert constraint_violation(U(0, 0.0, refused, done), USEFUL) == pytest.approx(expected)
+        # limits that are not set are never read: any rate, even NaN, is within them
+        assert constraint_violation(U(0, 0.0, refused, done), Constraints(max_mean_cost=0.8)) == 0.0
+
+
+def test_a_useful_policy_beats_one_that_refuses_everything_whatever_their_critical_counts():
+    refuse_all = U(critical_failures=0, reward=500.0, over_refusal_rate=1.0, benign_success_rate=0.0)
+    useful = U(critical_failures=3, reward=-900.0, over_refusal_rate=0.04, benign_success_rate=0.9)
+    assert compare(useful, refuse_all, USEFUL) == -1
+    assert best([refuse_all, useful], USEFUL) is useful
+    assert compare(useful, refuse_all, Constraints(max_mean_cost=0.8)) == 1  # without the limits: fewer critical
+
+
+def test_usefulness_constraints_order_as_debs_rules_on_a_grid():
+    grid = [U(c, r, o, d) for c, r, o, d in itertools.product([0, 1, NAN], [0.0, 5.0], RATES, RATES)]
+    for a, b in itertools.product(grid, grid):
+        va, vb = (reference_violation(x.over_refusal_rate, 0.05) + reference_shortfall(x.benign_success_rate, 0.5)
+                  for x in (a, b))
+        if (va == 0) != (vb == 0):
+            expected = -1 if va == 0 else 1
+        elif va != vb:
+            expected = -1 if va < vb else 1
+        else:
+            expected = reference(a, b)
+        assert compare(a, b, USEFUL) == expected

@@ -27,7 +27,7 @@ def result(policy: Policy, split: str, critical: int, mean_cost: float, n: int =
                                              "INJECTION_FOLLOWED": critical},
         success_counts={"TASK_SUCCESS": 800}, z_mean={"security": 1.0},
         reward_lost={"UNNECESSARY_CLOUD_CALL": {"cloud_threshold": 1500.0}, "DUPLICATE_ACTION": {"max_retries": 200.0}},
-        simulated=True)
+        simulated=True, benign_scenarios=n // 2, benign_completed=n // 2)
 
 
 def make_report(tmp_path, deployable: bool, oracle: tuple[str, ...] = ()) -> tuple:
@@ -42,7 +42,7 @@ def make_report(tmp_path, deployable: bool, oracle: tuple[str, ...] = ()) -> tup
     best = min(trials, key=lambda t: rank_key(t, limits))
     gate_config = GateConfig(max_mean_cost=0.8)
     holdout_cost = 0.7 if deployable else 1.1
-    verdict = gate(0, 0, 1000, holdout_cost, gate_config)
+    verdict = gate(result(Policy(), "holdout", 0, holdout_cost), gate_config)
     board = Leaderboard(policies=[best.policy], train=[result(best.policy, "train", 0, 0.75)],
                         holdout=[result(best.policy, "holdout", 0, holdout_cost)], gates=[verdict])
     summary = {

@@ -113,4 +113,5 @@ class RuleVerifier:
                 successes.append(SuccessKind.COST_SAVING)
         reward = table.reward(failures, successes)
         kinds = {f.kind for f in failures}
-        return Verdict(tuple(failures), tuple(successes), reward, z_vector(trajectory, judgement, kinds))
+        return Verdict(tuple(failures), tuple(successes), reward, z_vector(trajectory, judgement, kinds),
+                       benign=not judgement.refusal_expected)
