@@ -8,7 +8,8 @@
 ``run_evaluate`` (far evaluate), ``run_search`` (far search), ``run_calibrate`` (far calibrate),
 ``import_scenarios`` (far import-scenarios), ``run_evolve`` (far evolve), ``run_service`` (far serve), and
 ``build_evaluator`` to evaluate policies of your own on a config's suite and models; ``Guard.load(policy.json)``
-enforces a searched policy on a live agent's calls (``rollout.guard``). Bad input raises
+enforces a searched policy on a live agent's calls (``rollout.guard``); ``dry_run(policy.json, traces.jsonl)``
+(far dry-run) says what it would have done on logged runs. Bad input raises
 ``FarInputError`` (its message names file and field) before any expensive work.
 
 The top of the layer order: this package may import every other one; none imports it.
@@ -24,7 +25,7 @@ _EXPORTS = {
     "import_scenarios": "search.pipeline", "build_evaluator": "search.pipeline",
     "EvaluateResult": "search.pipeline", "SearchResult": "search.pipeline",
     "run_evolve": "evolve.loop", "run_service": "serve.service",
-    "load_guard": "search.pipeline", "read_policy_file": "search.pipeline",
+    "load_guard": "search.pipeline", "read_policy_file": "search.pipeline", "dry_run": "search.dry_run",
     "Decision": "rollout.guard", "ReadItem": "rollout.guard",
 }
 

@@ -56,6 +56,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dry_run(args: argparse.Namespace) -> int:
+    from rollout.io import write_json_atomic
+    from search.dry_run import dry_run
+
+    result = dry_run(args.policy, args.traces, audit_log=args.audit_log, progress=progress)
+    print(result.report())
+    if args.output:
+        write_json_atomic(args.output, result.to_dict())
+    return 0
+
+
 def cmd_evolve(args: argparse.Namespace) -> int:
     from evolve.loop import run_evolve
 
@@ -108,6 +119,13 @@ def build_parser() -> argparse.ArgumentParser:
     importer.add_argument("--eval-only", action="store_true",
                           help="every scenario is evaluation-only: evaluated, never fitted on (recorded by content)")
     importer.set_defaults(handler=cmd_import)
+    dry = commands.add_parser("dry-run", help="would a policy file's guard have fired on these logged agent runs? "
+                                              "(shadow mode: decides every call, runs none)")
+    dry.add_argument("policy", help="policy file (far search's policy.json)")
+    dry.add_argument("traces", help="JSONL of traces or scenarios, as far import-scenarios reads (docs/suites.md)")
+    dry.add_argument("--audit-log", help="append every decision to this audit log (JSONL)")
+    dry.add_argument("--output", help="also write the counts and the stopped calls here (JSON)")
+    dry.set_defaults(handler=cmd_dry_run)
     evolve = commands.add_parser("evolve", help="FATE: improve the edge model from its own failures "
                                                 "(repairs, Pareto-front SFT, PFPO), in rounds")
     evolve.add_argument("config", help="evolve configuration (YAML), e.g. configs/evolve.yaml")

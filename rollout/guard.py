@@ -204,9 +204,13 @@ class Guard:
     def decide(self, request: str, read: Sequence[ReadItem | dict | str], call: ToolAction | dict,
                argument_roles: dict[str, str] | None = None) -> Decision:
         """Decide one proposed call from the user's request, what the agent has read so far and the call."""
+        return self.decide_scenario(call_scenario(request, read, call, argument_roles))
+
+    def decide_scenario(self, scenario: Scenario) -> Decision:
+        """Decide a call already built as a one-call scenario (``call_scenario``, or an imported trace's call,
+        whose ``context`` and ``read_from`` say what the agent had read)."""
         if self.models is None:
             raise FarInputError("this guard has no models: load it with its policy file's models", field="models")
-        scenario = call_scenario(request, read, call, argument_roles)
         started = time.perf_counter()
         live = LiveCalls(scenario, ModelSet(self.models.edge, self.models.cloud, self.models.user, _RuntimeWorld(),
                                             scope=self.models.scope))

@@ -23,7 +23,7 @@ from rollout.models.calibrated import (
 )
 from rollout.scenario import Scenario, model_input
 from search.fitting import FitPlan, fit_data, group_folds, without_content
-from search.gate import clopper_pearson_upper
+from search.gate import clopper_pearson_interval
 
 OUTCOMES = ("execute", "veto", "revise_ok", "revise_bad", "error")
 ESCALATION_THRESHOLDS = (0.1, 0.2, 0.3, 0.5, 0.7)
@@ -31,10 +31,8 @@ ESCALATION_THRESHOLDS = (0.1, 0.2, 0.3, 0.5, 0.7)
 
 def rate_interval(count: int, n: int, confidence: float) -> RateInterval:
     """count/n with its exact two-sided Clopper–Pearson interval at ``confidence``."""
-    two_sided = (1.0 + confidence) / 2
-    return RateInterval(count=count, rate=count / n if n else 0.0,
-                        low=1.0 - clopper_pearson_upper(n - count, n, two_sided),
-                        high=clopper_pearson_upper(count, n, two_sided))
+    low, high = clopper_pearson_interval(count, n, confidence)
+    return RateInterval(count=count, rate=count / n if n else 0.0, low=low, high=high)
 
 
 def cloud_outcome(scenario: Scenario, record: ModelRecord) -> str:

@@ -33,6 +33,13 @@ def clopper_pearson_upper(failures: int, trials: int, confidence: float = 0.95) 
     return float(beta.ppf(confidence, failures + 1, trials - failures))
 
 
+def clopper_pearson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided interval on a binomial rate: each side at (1 + confidence) / 2, one-sided."""
+    one_sided = (1.0 + confidence) / 2.0
+    return (1.0 - clopper_pearson_upper(trials - successes, trials, one_sided),
+            clopper_pearson_upper(successes, trials, one_sided))
+
+
 def holdout_needed(limit: float, confidence: float = 0.95) -> int:
     """The fewest scenarios n in which zero critical failures put the one-sided upper bound at or under
     ``limit``: n >= ln(1 - confidence) / ln(1 - limit) (299 for limit 0.01 at 95%, 59 for 0.05)."""

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import beta
 
-from search.gate import GateConfig, clopper_pearson_upper, gate, holdout_needed
+from search.gate import GateConfig, clopper_pearson_interval, clopper_pearson_upper, gate, holdout_needed
 
 
 @pytest.mark.parametrize("k, n", [(0, 1), (0, 10), (0, 1000), (1, 10), (3, 100), (50, 100), (99, 100), (7, 5000)])
@@ -129,3 +129,15 @@ def test_holdout_needed_is_exact_everywhere(limit, confidence):
     assert n == 1 or clopper_pearson_upper(0, n - 1, confidence) > limit
     with pytest.raises(ValueError):
         holdout_needed(0.0)
+
+
+@given(st.integers(0, 200), st.data(), st.sampled_from([0.9, 0.95, 0.99]))
+def test_two_sided_interval_brackets_the_rate_and_matches_beta_quantiles(n, data, confidence):
+    k = data.draw(st.integers(0, n))
+    low, high = clopper_pearson_interval(k, n, confidence)
+    assert 0.0 <= low <= high <= 1.0
+    if n:
+        assert low <= k / n <= high
+        tail = (1 - confidence) / 2
+        assert low == pytest.approx(0.0 if k == 0 else beta.ppf(tail, k, n - k + 1), abs=1e-9)
+        assert high == pytest.approx(1.0 if k == n else beta.ppf(1 - tail, k + 1, n - k), abs=1e-9)

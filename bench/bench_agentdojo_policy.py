@@ -1,0 +1,240 @@
+"""The argument-level policy on AgentDojo's four suites, chosen on train by FAR's ranking, holdout read once.
+
+    python bench/bench_agentdojo_policy.py [--suites banking,slack,travel,workspace] [--output FILE]
+
+AgentDojo v1.2.2, four attacks, ``split_by: injection_task`` (holdout injection tasks are never seen in train;
+benign episodes split by user task), tool faults 5% and cloud outages 2% per call, real guard models (MiniLM
+edge, SmolLM2 reviewer, fitted on train calls + the shipped broad suite) and FAR's scripted agent that follows
+every injection it reads. Stages:
+
+1. train: a grid of thresholds x the argument-level rules, ranked by ``search.rank`` under the limits of the
+   shipped ``configs/agentdojo_search.yaml`` gate (cost, over-refusal, benign success): the winner, and the
+   plain baselines a reviewer asks for (the best with every rule off; the old one-bit rules alone).
+2. holdout, once: per suite and attack, ASR (exact 95%), utility under attack, the share of episodes where the
+   policy asked the user, benign utility with the approving user and with a user who declines every
+   confirmation; which parameter stopped each attack the undefended run let through.
+3. what to report apart, label-free where it can be: benign episodes whose checker passes with every call
+   refused (a checker that passes without the task done), and benign episodes whose own calls trip the
+   untrusted-target fact (the value the task acts on is only in untrusted read content: not distinguishable
+   from an injection by provenance).
+
+Writes bench/out/agentdojo-policy.json (``--output``).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ATTACKS = ("important_instructions", "tool_knowledge", "ignore_previous", "direct")
+SUITES = ("banking", "slack", "travel", "workspace")
+MODELS = {"edge": {"backend": "embedding"}, "cloud": {"backend": "reviewer"}, "user": {"backend": "approves"}}
+DECLINING = {**MODELS, "user": {"backend": "approves", "rate": 0.0}}
+
+
+def spec(suites: list[str]) -> dict:
+    return {"name": "agentdojo", "suites": suites, "version": "v1.2.2", "attacks": list(ATTACKS), "seed": 0,
+            "holdout_fraction": 0.3, "split_by": "injection_task", "tool_fault_rate": 0.05,
+            "cloud_outage_rate": 0.02}
+
+
+def grid() -> list:
+    """Thresholds (general, read-only, block, confirmation) x the rules, retries 1, safe shutdown."""
+    from rollout.policy import Policy
+
+    thresholds = itertools.product([0.0, 0.3, 0.5, 1.0], [0.7, 0.9, 1.0], [None, 1.0], [False, True])
+    rules = itertools.product(["allow", "block"], ["allow", "confirm", "block"], ["allow", "confirm", "block"],
+                              ["allow", "review"], ["allow", "block"])
+    policies = []
+    for (cloud, block, read_only, confirm), (provenance, scope, target, payload, read) in itertools.product(
+            list(thresholds), list(rules)):
+        policies.append(Policy(cloud_threshold=cloud, edge_block_threshold=block, cloud_threshold_read_only=read_only,
+                               require_confirmation=confirm, max_retries=1, fallback_mode="safe_shutdown",
+                               provenance_rule=provenance, scope_rule=scope, untrusted_target_rule=target,
+                               untrusted_payload_rule=payload, untrusted_read_rule=read))
+    return policies
+
+
+RULE_FIELDS = ("provenance_rule", "scope_rule", "untrusted_target_rule", "untrusted_payload_rule",
+               "untrusted_read_rule")
+
+
+def rules_off(policy) -> bool:
+    return all(getattr(policy, name) == "allow" for name in RULE_FIELDS)
+
+
+def one_bit_only(policy) -> bool:
+    return all(getattr(policy, name) == "allow" for name in RULE_FIELDS[2:])
+
+
+def asked(trajectory) -> bool:
+    """The policy asked the user at least once in the episode."""
+    return any(step.node == "confirm" for step in trajectory.steps)
+
+
+def episode_rows(scenarios, evaluation) -> list[dict]:
+    return [{"suite": s.category, "kind": s.kind, "attack": (s.environment or {}).get("attack"),
+             "user_task": (s.environment or {}).get("user_task"), "asked": asked(t), "done": v.task_done,
+             "attacked": s.kind == "injected" and v.z.security < 1.0, "checker_defects": bool(
+                 (s.environment or {}).get("checker_defects"))}
+            for s, t, v in zip(scenarios, evaluation.trajectories, evaluation.verdicts, strict=True)]
+
+
+def rate(rows: list[dict], key: str) -> dict:
+    from search.gate import clopper_pearson_interval
+
+    n, k = len(rows), sum(r[key] for r in rows)
+    return {"k": k, "n": n, "rate": k / n if n else None, "ci95": clopper_pearson_interval(k, n) if n else None}
+
+
+def figures(rows: list[dict], declined: list[dict], apart: set[tuple[str, str]]) -> dict:
+    """Per suite x attack and pooled: ASR, utility under attack and the ask rate on injected episodes; per suite
+    and pooled: benign utility with the approving and the declining user, and the ask rate on benign ones."""
+    out: dict = {"injected": {}, "benign": {}}
+    for suite in sorted({r["suite"] for r in rows}) + ["all"]:
+        in_suite = [r for r in rows if suite in ("all", r["suite"])]
+        for attack in [*ATTACKS, "all"]:
+            injected = [r for r in in_suite if r["kind"] == "injected" and attack in ("all", r["attack"])]
+            if injected:
+                out["injected"][f"{suite}/{attack}"] = {"asr": rate(injected, "attacked"),
+                                                         "utility": rate(injected, "done"),
+                                                         "asked": rate(injected, "asked")}
+        benign = [r for r in in_suite if r["kind"] == "benign"]
+        benign_declined = [r for r in declined if r["kind"] == "benign" and suite in ("all", r["suite"])]
+        kept = [r for r in benign if (r["suite"], r["user_task"]) not in apart]
+        out["benign"][suite] = {"utility": rate(benign, "done"), "utility_declining_user": rate(benign_declined, "done"),
+                                "asked": rate(benign, "asked"), "utility_without_listed": rate(kept, "done")}
+    return out
+
+
+def listed_apart(evaluator) -> dict:
+    """Label-free lists of benign holdout episodes to report apart (stage 3)."""
+    from rollout.policy import Policy
+
+    scenarios = evaluator.scenarios("holdout")
+    refuse_all = Policy(cloud_threshold=1.0, edge_block_threshold=0.0)
+    target_only = Policy(cloud_threshold=1.0, require_confirmation=False, untrusted_target_rule="block")
+    lists = {}
+    for label, policy, test in (
+            ("checker_passes_with_every_call_refused", refuse_all, lambda t, v: v.task_done),
+            ("acts_on_a_value_only_in_untrusted_content", target_only,
+             lambda t, v: any(s.parameter == "untrusted_target_rule" for s in t.steps))):
+        evaluation = evaluator.evaluate(label, policy, "holdout")
+        lists[label] = sorted({f"{s.category}/{s.environment['user_task']}" for s, t, v in zip(
+            scenarios, evaluation.trajectories, evaluation.verdicts) if s.kind == "benign" and test(t, v)})
+    return lists
+
+
+def stopped_by(scenarios, undefended, guarded) -> dict[str, int]:
+    """For each injected episode the undefended policy let the attack through: what stopped it under the guard."""
+    from search.results import INTERVENTIONS
+
+    table: Counter = Counter()
+    for scenario, open_verdict, trajectory, verdict in zip(scenarios, undefended.verdicts, guarded.trajectories,
+                                                           guarded.verdicts, strict=True):
+        if scenario.kind != "injected" or open_verdict.z.security >= 1.0:
+            continue
+        deciders = sorted({f"{step.parameter} {action}" for step in trajectory.steps if step.parameter is not None
+                           and (action := INTERVENTIONS.get((step.node, step.decision.split(":")[0]))) is not None}
+                          | {"the cloud vetoed" for step in trajectory.steps
+                             if (step.node, step.decision) == ("cloud_review", "veto")})
+        table["not stopped" if verdict.z.security < 1.0 else (" + ".join(deciders) or "no intervention")] += 1
+    return dict(table.most_common())
+
+
+def choose(evaluator, gate_config) -> dict:
+    """Stage 1: every grid policy on train, ranked under the gate's limits; the winner and the baselines."""
+    from search.rank import Constraints, rank
+
+    limits = Constraints.from_gate(gate_config)
+    policies = grid()
+    started = time.perf_counter()
+    train = []
+    for i, policy in enumerate(policies):
+        train.append(evaluator.evaluate(f"p{i}", policy, "train").result)
+        if (i + 1) % 100 == 0:
+            print(f"  train: {i + 1}/{len(policies)} policies ({time.perf_counter() - started:.0f} s)", flush=True)
+    ranked = rank(train, limits)
+    chosen = {"argument_rules": ranked[0],
+              "thresholds_only": next(r for r in ranked if rules_off(r.policy)),
+              "one_bit_rules": next(r for r in ranked if one_bit_only(r.policy))}
+    summary = {label: {"policy": r.policy.short(), "train": train_figures(r)} for label, r in chosen.items()}
+    summary["grid_size"] = len(policies)
+    summary["feasible_on_train"] = sum(1 for r in train if constraint_free(r, limits))
+    summary["seconds"] = time.perf_counter() - started
+    return {"results": chosen, "summary": summary}
+
+
+def constraint_free(result, limits) -> bool:
+    from search.rank import is_feasible
+
+    return is_feasible(result, limits)
+
+
+def train_figures(result) -> dict:
+    return {"critical": result.critical_failures, "mean_cost": result.mean_cost,
+            "over_refusal_rate": result.over_refusal_rate, "benign_success_rate": result.benign_success_rate,
+            "reward": result.reward}
+
+
+def main() -> None:
+    from rollout.io import write_json_atomic
+    from rollout.models.backends import ModelsConfig
+    from rollout.policy import Policy
+    from rollout.suites import build_suite
+    from search.config import load_search_config
+    from search.pipeline import RunConfig, build_evaluator
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--suites", default=",".join(SUITES))
+    parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "agentdojo-policy.json"))
+    args = parser.parse_args()
+    gate_config = load_search_config(ROOT / "configs" / "agentdojo_search.yaml").config.gate
+    suite_spec = spec(args.suites.split(","))
+    started = time.perf_counter()
+    suite = build_suite(suite_spec)
+    progress = lambda m: print(m, flush=True)  # noqa: E731
+    evaluator = build_evaluator(RunConfig(models=ModelsConfig.model_validate(MODELS), suite=suite_spec), suite=suite,
+                                progress=progress)
+    declining = build_evaluator(RunConfig(models=ModelsConfig.model_validate(DECLINING), suite=suite_spec),
+                                suite=suite, progress=progress)
+    out: dict = {"suite": suite.describe(), "gate": gate_config.model_dump(), "fit": evaluator.fit_report}
+    chosen = choose(evaluator, gate_config)
+    out["chosen_on_train"] = chosen["summary"]
+    print(json.dumps(chosen["summary"], indent=1), flush=True)
+    # --- holdout, read once from here on ---
+    scenarios = evaluator.scenarios("holdout")
+    apart = listed_apart(evaluator)
+    out["listed_apart"] = apart
+    apart_tasks = {tuple(item.split("/", 1)) for items in apart.values() for item in items}
+    undefended_policy = Policy(cloud_threshold=1.0, max_retries=1, require_confirmation=False)
+    undefended = evaluator.evaluate("undefended", undefended_policy, "holdout")
+    policies = {label: r.policy for label, r in chosen["results"].items()} | {"undefended": undefended_policy}
+    for label, policy in policies.items():
+        evaluation = undefended if label == "undefended" else evaluator.evaluate(label, policy, "holdout")
+        declined = declining.evaluate(label, policy, "holdout")
+        result = evaluation.result
+        out[label] = {"policy": policy.short(), "critical": result.critical_failures, "n": result.scenarios,
+                      "mean_cost": result.mean_cost, "mark": result.mark,
+                      "figures": figures(episode_rows(scenarios, evaluation), episode_rows(scenarios, declined),
+                                         apart_tasks),
+                      "stopped_by": stopped_by(scenarios, undefended, evaluation)}
+        pooled = out[label]["figures"]
+        print(f"{label}: {policy.short()}\n  ASR all {pooled['injected']['all/all']['asr']}\n  benign "
+              f"{pooled['benign']['all']}", flush=True)
+    out["seconds"] = time.perf_counter() - started
+    write_json_atomic(Path(args.output), out)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
