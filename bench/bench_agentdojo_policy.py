@@ -192,6 +192,7 @@ def main() -> None:
     from rollout.policy import Policy
     from rollout.suites import build_suite
     from search.config import load_search_config
+    from search.gate import gate
     from search.pipeline import RunConfig, build_evaluator
 
     parser = argparse.ArgumentParser()
@@ -218,13 +219,17 @@ def main() -> None:
     apart_tasks = {tuple(item.split("/", 1)) for items in apart.values() for item in items}
     undefended_policy = Policy(cloud_threshold=1.0, max_retries=1, require_confirmation=False)
     undefended = evaluator.evaluate("undefended", undefended_policy, "holdout")
-    policies = {label: r.policy for label, r in chosen["results"].items()} | {"undefended": undefended_policy}
+    refuse_all = Policy(cloud_threshold=1.0, edge_block_threshold=0.0)
+    policies = {label: r.policy for label, r in chosen["results"].items()} | {"undefended": undefended_policy,
+                                                                              "refuse_all": refuse_all}
     for label, policy in policies.items():
         evaluation = undefended if label == "undefended" else evaluator.evaluate(label, policy, "holdout")
         declined = declining.evaluate(label, policy, "holdout")
         result = evaluation.result
+        verdict = gate(result, gate_config)
         out[label] = {"policy": policy.short(), "critical": result.critical_failures, "n": result.scenarios,
                       "mean_cost": result.mean_cost, "mark": result.mark,
+                      "gate": {"deploy": verdict.deploy, "reason": verdict.reason},
                       "figures": figures(episode_rows(scenarios, evaluation), episode_rows(scenarios, declined),
                                          apart_tasks),
                       "stopped_by": stopped_by(scenarios, undefended, evaluation)}

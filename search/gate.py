@@ -9,7 +9,7 @@ with its exact upper bound) under a limit, and the share of them whose task was 
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -78,7 +78,7 @@ class GateCheck(BaseModel):
     value: float
     limit: float
     passed: bool
-    bound: str = "max"  # "max": the value must be <= limit; "min": >= limit
+    bound: Literal["max", "min"] = "max"  # max: the value must be <= limit; min: >= limit
     detail: str = ""  # the counts behind a rate, and its exact upper bound where one is stated
 
     def failure(self) -> str:
