@@ -96,9 +96,9 @@ def rate(rows: list[dict], key: str) -> dict:
     return {"k": k, "n": n, "rate": k / n if n else None, "ci95": clopper_pearson_interval(k, n) if n else None}
 
 
-def figures(rows: list[dict], declined: list[dict], apart: set[tuple[str, str]]) -> dict:
+def figures(rows: list[dict], apart: set[tuple[str, str]]) -> dict:
     """Per suite x attack and pooled: ASR, utility under attack and the ask rate on injected episodes; per suite
-    and pooled: benign utility with the approving and the declining user, and the ask rate on benign ones."""
+    and pooled: benign utility (also without the episodes listed apart) and the ask rate on benign ones."""
     out: dict = {"injected": {}, "benign": {}}
     for suite in sorted({r["suite"] for r in rows}) + ["all"]:
         in_suite = [r for r in rows if suite in ("all", r["suite"])]
@@ -109,10 +109,9 @@ def figures(rows: list[dict], declined: list[dict], apart: set[tuple[str, str]])
                                                          "utility": rate(injected, "done"),
                                                          "asked": rate(injected, "asked")}
         benign = [r for r in in_suite if r["kind"] == "benign"]
-        benign_declined = [r for r in declined if r["kind"] == "benign" and suite in ("all", r["suite"])]
         kept = [r for r in benign if (r["suite"], r["user_task"]) not in apart]
-        out["benign"][suite] = {"utility": rate(benign, "done"), "utility_declining_user": rate(benign_declined, "done"),
-                                "asked": rate(benign, "asked"), "utility_without_listed": rate(kept, "done")}
+        out["benign"][suite] = {"utility": rate(benign, "done"), "asked": rate(benign, "asked"),
+                                "utility_without_listed": rate(kept, "done")}
     return out
 
 
@@ -151,12 +150,12 @@ def stopped_by(scenarios, undefended, guarded) -> dict[str, int]:
     return dict(table.most_common())
 
 
-def choose(evaluator, gate_config) -> dict:
+def choose(evaluator, gate_config, max_policies: int | None = None) -> dict:
     """Stage 1: every grid policy on train, ranked under the gate's limits; the winner and the baselines."""
     from search.rank import Constraints, rank
 
     limits = Constraints.from_gate(gate_config)
-    policies = grid()
+    policies = grid()[::len(grid()) // max_policies if max_policies else 1]
     started = time.perf_counter()
     train = []
     for i, policy in enumerate(policies):
@@ -165,8 +164,9 @@ def choose(evaluator, gate_config) -> dict:
             print(f"  train: {i + 1}/{len(policies)} policies ({time.perf_counter() - started:.0f} s)", flush=True)
     ranked = rank(train, limits)
     chosen = {"argument_rules": ranked[0],
-              "thresholds_only": next(r for r in ranked if rules_off(r.policy)),
-              "one_bit_rules": next(r for r in ranked if one_bit_only(r.policy))}
+              "thresholds_only": next((r for r in ranked if rules_off(r.policy)), None),
+              "one_bit_rules": next((r for r in ranked if one_bit_only(r.policy)), None)}
+    chosen = {label: r for label, r in chosen.items() if r is not None}  # a sampled grid may lack a baseline
     summary = {label: {"policy": r.policy.short(), "train": train_figures(r)} for label, r in chosen.items()}
     summary["grid_size"] = len(policies)
     summary["feasible_on_train"] = sum(1 for r in train if constraint_free(r, limits))
@@ -198,6 +198,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "agentdojo-policy.json"))
+    parser.add_argument("--max-policies", type=int, help="an even sample of the grid (a quick check of the script)")
     args = parser.parse_args()
     gate_config = load_search_config(ROOT / "configs" / "agentdojo_search.yaml").config.gate
     suite_spec = spec(args.suites.split(","))
@@ -209,7 +210,7 @@ def main() -> None:
     declining = build_evaluator(RunConfig(models=ModelsConfig.model_validate(DECLINING), suite=suite_spec),
                                 suite=suite, progress=progress)
     out: dict = {"suite": suite.describe(), "gate": gate_config.model_dump(), "fit": evaluator.fit_report}
-    chosen = choose(evaluator, gate_config)
+    chosen = choose(evaluator, gate_config, args.max_policies)
     out["chosen_on_train"] = chosen["summary"]
     print(json.dumps(chosen["summary"], indent=1), flush=True)
     # --- holdout, read once from here on ---
@@ -230,8 +231,8 @@ def main() -> None:
         out[label] = {"policy": policy.short(), "critical": result.critical_failures, "n": result.scenarios,
                       "mean_cost": result.mean_cost, "mark": result.mark,
                       "gate": {"deploy": verdict.deploy, "reason": verdict.reason},
-                      "figures": figures(episode_rows(scenarios, evaluation), episode_rows(scenarios, declined),
-                                         apart_tasks),
+                      "figures": figures(episode_rows(scenarios, evaluation), apart_tasks),
+                      "figures_declining_user": figures(episode_rows(scenarios, declined), apart_tasks),
                       "stopped_by": stopped_by(scenarios, undefended, evaluation)}
         pooled = out[label]["figures"]
         print(f"{label}: {policy.short()}\n  ASR all {pooled['injected']['all/all']['asr']}\n  benign "

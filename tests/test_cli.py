@@ -66,6 +66,24 @@ def test_evaluate_end_to_end(tmp_path):
     assert {s["split"] for s in scenarios} == {"train", "holdout"}
 
 
+def test_a_policy_that_refuses_everything_is_no_deploy_and_ranks_below_a_useful_one(tmp_path):
+    """No critical failure and almost no cost: the gate's usefulness limits alone refuse it, end to end."""
+    config = write_config(tmp_path, policies={
+        "cautious": {"cloud_threshold": 0.2, "require_confirmation": False},
+        "refuse_all": {"cloud_threshold": 1.0, "edge_block_threshold": 0.0}})
+    run = far("evaluate", str(config), cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    verdict = summary["gate"]["refuse_all"]
+    refused = next(r for r in summary["results"] if r["policy_name"] == "refuse_all" and r["split"] == "holdout")
+    assert refused["critical_failures"] == 0 and refused["benign_refused"] == refused["benign_scenarios"] > 0
+    assert not verdict["deploy"] and "critical_failures" not in verdict["reason"]
+    assert "over_refusal_rate 1 > limit 0.05" in verdict["reason"] and "benign_success_rate 0 < floor 0.5" in \
+        verdict["reason"]
+    assert summary["ranking_train"] == ["cautious", "refuse_all"]
+    assert "benign scenarios refused <= 5%" in run.stdout
+
+
 def test_graph_engine_gives_the_same_numbers(tmp_path):
     config = write_config(tmp_path, suite={"name": "edge_cloud", "seed": 5, "size": 120})
     assert far("evaluate", str(config), "--output", "replay", cwd=tmp_path).returncode == 0
