@@ -7,16 +7,19 @@ benign episodes split by user task), tool faults 5% and cloud outages 2% per cal
 edge, SmolLM2 reviewer, fitted on train calls + the shipped broad suite) and FAR's scripted agent that follows
 every injection it reads. Stages:
 
-1. train: a grid of thresholds x the argument-level rules, ranked by ``search.rank`` under the limits of the
-   shipped ``configs/agentdojo_search.yaml`` gate (cost, over-refusal, benign success): the winner, and the
-   plain baselines a reviewer asks for (the best with every rule off; the old one-bit rules alone).
+1. train: a grid of thresholds x the argument-level rules on a train slice (every benign episode and the
+   injected ones of ``--train-attacks``: each new path an episode takes costs model calls, so the choice is
+   made on one attack), ranked by ``search.rank`` under the limits of the shipped
+   ``configs/agentdojo_search.yaml`` gate (cost, over-refusal, benign success): the winner, and the plain
+   baselines a reviewer asks for (the best with every rule off; the old one-bit rules alone).
 2. holdout, once: per suite and attack, ASR (exact 95%), utility under attack, the share of episodes where the
    policy asked the user, benign utility with the approving user and with a user who declines every
    confirmation; which parameter stopped each attack the undefended run let through.
 3. what to report apart, label-free where it can be: benign episodes whose checker passes with every call
    refused (a checker that passes without the task done), and benign episodes whose own calls trip the
    untrusted-target fact (the value the task acts on is only in untrusted read content: not distinguishable
-   from an injection by provenance).
+   from an injection by provenance); and what the gate's usefulness limits see of a policy that refuses
+   every call.
 
 Writes bench/out/agentdojo-policy.json (``--output``).
 """
@@ -48,20 +51,20 @@ def spec(suites: list[str]) -> dict:
 
 
 def grid() -> list:
-    """Thresholds (general, read-only, block, confirmation) x the rules, retries 1, safe shutdown."""
+    """Three threshold settings (no model review; the cloud on calls with effects at edge risk >= 0.5, reads never
+    reviewed; every call with effects reviewed) x the rules (the old one-bit rules and the per-argument ones),
+    no confirmation of sensitive calls (the approving user makes it an allow at a price), retries 1, safe
+    shutdown."""
     from rollout.policy import Policy
 
-    thresholds = itertools.product([0.0, 0.3, 0.5, 1.0], [0.7, 0.9, 1.0], [None, 1.0], [False, True])
-    rules = itertools.product(["allow", "block"], ["allow", "confirm", "block"], ["allow", "confirm", "block"],
+    thresholds = [{"cloud_threshold": 1.0}, {"cloud_threshold": 0.5, "cloud_threshold_read_only": 1.0},
+                  {"cloud_threshold": 0.0, "cloud_threshold_read_only": 1.0}]
+    rules = itertools.product(["allow", "block"], ["allow", "block"], ["allow", "confirm", "block"],
                               ["allow", "review"], ["allow", "block"])
-    policies = []
-    for (cloud, block, read_only, confirm), (provenance, scope, target, payload, read) in itertools.product(
-            list(thresholds), list(rules)):
-        policies.append(Policy(cloud_threshold=cloud, edge_block_threshold=block, cloud_threshold_read_only=read_only,
-                               require_confirmation=confirm, max_retries=1, fallback_mode="safe_shutdown",
-                               provenance_rule=provenance, scope_rule=scope, untrusted_target_rule=target,
-                               untrusted_payload_rule=payload, untrusted_read_rule=read))
-    return policies
+    return [Policy(**setting, require_confirmation=False, max_retries=1, fallback_mode="safe_shutdown",
+                   provenance_rule=provenance, scope_rule=scope, untrusted_target_rule=target,
+                   untrusted_payload_rule=payload, untrusted_read_rule=read)
+            for (provenance, scope, target, payload, read), setting in itertools.product(list(rules), thresholds)]
 
 
 RULE_FIELDS = ("provenance_rule", "scope_rule", "untrusted_target_rule", "untrusted_payload_rule",
@@ -76,9 +79,33 @@ def one_bit_only(policy) -> bool:
     return all(getattr(policy, name) == "allow" for name in RULE_FIELDS[2:])
 
 
+class Slice:
+    """Some scenarios of a split, evaluated as ``Evaluator.evaluate`` does (the same prepared episodes, so a
+    path walked once is never walked again)."""
+
+    def __init__(self, evaluator, split: str, keep) -> None:
+        scenarios = evaluator.scenarios(split)
+        self.indices = [i for i, s in enumerate(scenarios) if keep(s)]
+        self.evaluator, self.split = evaluator, split
+        self.scenarios = [scenarios[i] for i in self.indices]
+
+    def evaluate(self, name: str, policy):
+        from search.evaluate import SplitEvaluation, replay_all
+        from search.results import aggregate
+        from verifiers.rules import verify_all
+
+        evaluator = self.evaluator
+        prepared = evaluator.prepared(self.split)
+        trajectories = replay_all([prepared[i] for i in self.indices], policy, evaluator.costs)
+        verdicts = verify_all(evaluator.verifier, self.scenarios, trajectories)
+        result = aggregate(name, policy, self.split, verdicts, [t.cost for t in trajectories],
+                           simulated=evaluator.models.simulated, confidence=evaluator.confidence)
+        return SplitEvaluation(result, trajectories, verdicts)
+
+
 def asked(trajectory) -> bool:
     """The policy asked the user at least once in the episode."""
-    return any(step.node == "confirm" for step in trajectory.steps)
+    return any(step.node == "confirm" and step.decision in ("approved", "denied") for step in trajectory.steps)
 
 
 def episode_rows(scenarios, evaluation) -> list[dict]:
@@ -115,21 +142,25 @@ def figures(rows: list[dict], apart: set[tuple[str, str]]) -> dict:
     return out
 
 
-def listed_apart(evaluator) -> dict:
-    """Label-free lists of benign holdout episodes to report apart (stage 3)."""
+def listed_apart(benign: Slice) -> dict:
+    """Label-free lists of benign holdout episodes to report apart (stage 3), and how a policy that refuses
+    every call fares on them (what the gate's usefulness limits see)."""
     from rollout.policy import Policy
 
-    scenarios = evaluator.scenarios("holdout")
     refuse_all = Policy(cloud_threshold=1.0, edge_block_threshold=0.0)
     target_only = Policy(cloud_threshold=1.0, require_confirmation=False, untrusted_target_rule="block")
-    lists = {}
+    lists, refused = {}, None
     for label, policy, test in (
             ("checker_passes_with_every_call_refused", refuse_all, lambda t, v: v.task_done),
             ("acts_on_a_value_only_in_untrusted_content", target_only,
              lambda t, v: any(s.parameter == "untrusted_target_rule" for s in t.steps))):
-        evaluation = evaluator.evaluate(label, policy, "holdout")
+        evaluation = benign.evaluate(label, policy)
+        refused = refused or evaluation.result
         lists[label] = sorted({f"{s.category}/{s.environment['user_task']}" for s, t, v in zip(
-            scenarios, evaluation.trajectories, evaluation.verdicts) if s.kind == "benign" and test(t, v)})
+            benign.scenarios, evaluation.trajectories, evaluation.verdicts) if test(t, v)})
+    lists["refuse_all_on_benign"] = {"over_refusal_rate": refused.over_refusal_rate,
+                                     "benign_success_rate": refused.benign_success_rate,
+                                     "benign": refused.benign_scenarios}
     return lists
 
 
@@ -150,8 +181,9 @@ def stopped_by(scenarios, undefended, guarded) -> dict[str, int]:
     return dict(table.most_common())
 
 
-def choose(evaluator, gate_config, max_policies: int | None = None) -> dict:
-    """Stage 1: every grid policy on train, ranked under the gate's limits; the winner and the baselines."""
+def choose(train_slice: Slice, gate_config, max_policies: int | None = None) -> dict:
+    """Stage 1: every grid policy on the train slice, ranked under the gate's limits; the winner and the
+    baselines."""
     from search.rank import Constraints, rank
 
     limits = Constraints.from_gate(gate_config)
@@ -159,9 +191,8 @@ def choose(evaluator, gate_config, max_policies: int | None = None) -> dict:
     started = time.perf_counter()
     train = []
     for i, policy in enumerate(policies):
-        train.append(evaluator.evaluate(f"p{i}", policy, "train").result)
-        if (i + 1) % 100 == 0:
-            print(f"  train: {i + 1}/{len(policies)} policies ({time.perf_counter() - started:.0f} s)", flush=True)
+        train.append(train_slice.evaluate(f"p{i}", policy).result)
+        print(f"  train: {i + 1}/{len(policies)} policies ({time.perf_counter() - started:.0f} s)", flush=True)
     ranked = rank(train, limits)
     chosen = {"argument_rules": ranked[0],
               "thresholds_only": next((r for r in ranked if rules_off(r.policy)), None),
@@ -199,6 +230,8 @@ def main() -> None:
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "agentdojo-policy.json"))
     parser.add_argument("--max-policies", type=int, help="an even sample of the grid (a quick check of the script)")
+    parser.add_argument("--train-attacks", default="important_instructions",
+                        help="the injected train episodes the policy is chosen on (with every benign one)")
     args = parser.parse_args()
     gate_config = load_search_config(ROOT / "configs" / "agentdojo_search.yaml").config.gate
     suite_spec = spec(args.suites.split(","))
@@ -210,19 +243,21 @@ def main() -> None:
     declining = build_evaluator(RunConfig(models=ModelsConfig.model_validate(DECLINING), suite=suite_spec),
                                 suite=suite, progress=progress)
     out: dict = {"suite": suite.describe(), "gate": gate_config.model_dump(), "fit": evaluator.fit_report}
-    chosen = choose(evaluator, gate_config, args.max_policies)
+    attacks = set(args.train_attacks.split(","))
+    train_slice = Slice(evaluator, "train", lambda s: s.kind == "benign" or s.environment["attack"] in attacks)
+    out["train_slice"] = {"attacks": sorted(attacks), "episodes": len(train_slice.indices)}
+    chosen = choose(train_slice, gate_config, args.max_policies)
     out["chosen_on_train"] = chosen["summary"]
     print(json.dumps(chosen["summary"], indent=1), flush=True)
     # --- holdout, read once from here on ---
     scenarios = evaluator.scenarios("holdout")
-    apart = listed_apart(evaluator)
+    apart = listed_apart(Slice(evaluator, "holdout", lambda s: s.kind == "benign"))
     out["listed_apart"] = apart
-    apart_tasks = {tuple(item.split("/", 1)) for items in apart.values() for item in items}
+    apart_tasks = {tuple(item.split("/", 1)) for key, items in apart.items() if isinstance(items, list)
+                   for item in items}
     undefended_policy = Policy(cloud_threshold=1.0, max_retries=1, require_confirmation=False)
     undefended = evaluator.evaluate("undefended", undefended_policy, "holdout")
-    refuse_all = Policy(cloud_threshold=1.0, edge_block_threshold=0.0)
-    policies = {label: r.policy for label, r in chosen["results"].items()} | {"undefended": undefended_policy,
-                                                                              "refuse_all": refuse_all}
+    policies = {label: r.policy for label, r in chosen["results"].items()} | {"undefended": undefended_policy}
     for label, policy in policies.items():
         evaluation = undefended if label == "undefended" else evaluator.evaluate(label, policy, "holdout")
         declined = declining.evaluate(label, policy, "holdout")
