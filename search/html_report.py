@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from search.rank import NO_CONSTRAINTS, Constraints, is_feasible, rank, rank_key
+from search.report import pct
 from search.results import PolicyResult
 
 COST_AXIS = "cost per scenario (cost units; one cloud call = 1.0)"
@@ -168,15 +169,17 @@ def verdict_html(summary: dict[str, Any]) -> str:
                 f"train): it passes the gate on holdout{oracle} — {html.escape(gate['reason'])}.</p>")
     no_deploy = summary.get("no_deploy") or {}
     items = "".join(f"<li>{html.escape(line)}</li>" for line in no_deploy.get("advice") or [])
-    front = no_deploy.get("cost_critical_front") or []
-    front_table = table(["policy", "critical failures (train)", "cost per scenario (train)", "reward (train)"],
-                        [[f["policy"], f["train_critical"], f"{f['train_cost/scn']:.3f}", f"{f['train_reward']:,.0f}"]
-                         for f in front]) if front else ""
+    front = no_deploy.get("tradeoff_front") or []
+    front_table = table(["policy", "critical failures (train)", "cost per scenario (train)",
+                         "benign refused (train)", "reward (train)"],
+                        [[f["policy"], f["train_critical"], f"{f['train_cost/scn']:.3f}", pct(f["train_refused"]),
+                          f"{f['train_reward']:,.0f}"] for f in front]) if front else ""
     return (f'<p class="verdict no-deploy">Nothing found passes the gate on holdout{oracle}. The best on train, '
             f"<b>{html.escape(policy)}</b>, fails: {html.escape(gate['reason'])}.</p>"
             f'<p>What to change:</p><ul class="advice">{items}</ul>'
-            + (f"<p>Cost vs critical failures, the front of what was found (no policy is both cheaper and "
-               f"safer than one of these):</p>{front_table}" if front_table else ""))
+            + (f"<p>Critical failures vs cost and over-refusal, the front of what was found (no policy is "
+               f"safer without costing more or refusing more than one of these):</p>{front_table}"
+               if front_table else ""))
 
 
 def rules_html(summary: dict[str, Any]) -> str:

@@ -89,14 +89,27 @@ def distinct_trials(trials: Sequence[Any]) -> list[Any]:
     return list(distinct.values())
 
 
-def cost_critical_front(trials: Sequence[Any]) -> list[Any]:
-    """The distinct trial policies no other dominates on (fewer critical failures, lower cost per scenario) on
-    train (``verifiers.pareto``'s rule on (-critical, -cost)), cheapest first."""
+def _worst_if_nan(value: float) -> float:
+    return math.inf if math.isnan(value) else value
+
+
+def tradeoff_front(trials: Sequence[Any]) -> list[Any]:
+    """The distinct trial policies no other dominates on (fewer critical failures, lower cost per scenario,
+    fewer benign scenarios refused) on train (``verifiers.pareto``'s rule on the negated three; an unknown
+    rate is the worst), cheapest first: what each price in cost or refusals buys in critical failures."""
     from verifiers.pareto import pareto_front
 
     candidates = distinct_trials(trials)
-    front = pareto_front([(-float(t.critical_failures), -float(t.mean_cost)) for t in candidates])
+    front = pareto_front([(-float(t.critical_failures), -_worst_if_nan(float(t.mean_cost)),
+                           -_worst_if_nan(float(t.over_refusal_rate))) for t in candidates])
     return sorted((candidates[i] for i in front), key=lambda t: (t.mean_cost, t.critical_failures))
+
+
+def front_rows(trials: Sequence[Any]) -> list[dict[str, Any]]:
+    """``tradeoff_front`` as the rows the console, ``summary.json`` and the report show."""
+    return [{"policy": t.policy.short(), "train_critical": t.critical_failures,
+             "train_cost/scn": round(t.mean_cost, 4), "train_refused": t.over_refusal_rate,
+             "train_reward": t.reward} for t in tradeoff_front(trials)]
 
 
 def blocking_kinds(rows: Sequence[dict[str, Any]], policy: str, split: str) -> list[str]:

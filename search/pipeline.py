@@ -313,7 +313,7 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     from rollout.suites import split_manifest
     from search.html_report import render
     from search.policy_file import policy_file
-    from search.leaderboard import advice, build_leaderboard, cost_critical_front
+    from search.leaderboard import advice, build_leaderboard, front_rows
     from search.rank import RANKING_WORDS, Constraints
     from search.report import attribution_table, effects_table, front_table, pct, results_table
     from search.tune_search import run_tune
@@ -363,9 +363,7 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
                                                          board.holdout[chosen], board.gates[chosen])
     holdout_size = len(suite.scenarios("holdout"))
     no_deploy = advice(board, config.gate, holdout_size)
-    front = [{"policy": t.policy.short(), "train_critical": t.critical_failures,
-              "train_cost/scn": round(t.mean_cost, 4), "train_reward": t.reward}
-             for t in cost_critical_front(run.trials)]
+    front = front_rows(run.trials)
 
     # beside every verdict an oracle made, or that models fitted on unlike data made
     mark = f" [{winner_holdout.mark}]" if winner_holdout.oracle or winner_holdout.shift else ""
@@ -385,7 +383,8 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
         lines += [f"\nNo policy found passes the gate on holdout; best on train: {winner.short()}\n"
                   f"Gate on holdout: NO-DEPLOY{mark} -- {winner_gate.reason}", "\nWhat failed, and what would deploy:",
                   *(f"  {line}" for line in no_deploy),
-                  "\nCost vs critical failures on train, the front of what was found:", front_table(front)]
+                  "\nCritical failures vs cost and over-refusal on train, the front of what was found:",
+                  front_table(front)]
     lines += ["\nThe winner's rules, in words:", *(f"  {line}" for line in winner.rules_in_words()),
               "\nWhat the winner's parameters stopped or rerouted on holdout (harmful: the judge's labels):",
               effects_table(board.effects[chosen]),
@@ -430,7 +429,7 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
         "shift": evaluator.shift_note or None,  # SHIFTED (...): the models were fitted on data unlike holdout
         "gate": {**winner_gate.to_dict(), "oracle": list(winner_holdout.oracle),
                  "shift": evaluator.shift_note or None},
-        "no_deploy": {"advice": no_deploy, "cost_critical_front": front} if not board.deployable else None,
+        "no_deploy": {"advice": no_deploy, "tradeoff_front": front} if not board.deployable else None,
         "leaderboard": leaderboard,
         "gates": [v.to_dict() for v in board.gates],
         "seeds": {"search": settings.seed, "suite": config.suite.model_dump().get("seed")},

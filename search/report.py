@@ -68,10 +68,10 @@ def attribution_table(result: PolicyResult, top: int = 8) -> str:
 
 
 def front_table(front: Sequence[dict]) -> str:
-    """The cost-vs-critical front (``search.leaderboard.cost_critical_front`` rows), cheapest first."""
-    rows = [[f["policy"], "", str(f["train_critical"]), f"{f['train_cost/scn']:.3f}", f"{f['train_reward']:.0f}"]
-            for f in front]
-    return _table(["policy", "", "critical", "cost/scn", "reward"], rows)
+    """The critical / cost / over-refusal front (``search.leaderboard.front_rows``), cheapest first."""
+    rows = [[f["policy"], "", str(f["train_critical"]), f"{f['train_cost/scn']:.3f}", pct(f["train_refused"]),
+             f"{f['train_reward']:.0f}"] for f in front]
+    return _table(["policy", "", "critical", "cost/scn", "refused", "reward"], rows)
 
 
 def attack_rows(breakdown: Sequence[dict], policy: str, split: str) -> list[dict]:

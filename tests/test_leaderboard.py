@@ -7,7 +7,7 @@ from types import SimpleNamespace
 from rollout.io import write_json_atomic
 from rollout.policy import Policy
 from search.gate import GateConfig, gate
-from search.leaderboard import Leaderboard, advice, cost_critical_front, top_policies
+from search.leaderboard import Leaderboard, advice, front_rows, top_policies, tradeoff_front
 from search.rank import Constraints
 
 GATE = GateConfig(max_mean_cost=0.8, max_critical_rate_upper=0.01)
@@ -56,13 +56,14 @@ class Trial:
     reward: float
     cost: float
     mean_cost: float
+    over_refusal_rate: float = 0.0
 
 
-def test_cost_critical_front_keeps_the_non_dominated_and_top_policies_respect_the_limit():
+def test_the_front_keeps_the_non_dominated_and_top_policies_respect_the_limit():
     trials = [Trial(Policy(cloud_threshold=t), critical, reward, cost, cost)
               for t, critical, reward, cost in [(0.0, 0, 100.0, 1.2), (0.3, 1, 90.0, 0.7), (0.5, 1, 80.0, 0.9),
                                                 (1.0, 9, 10.0, 0.1), (0.0, 0, 100.0, 1.2)]]  # a repeat counts once
-    front = cost_critical_front(trials)
+    front = tradeoff_front(trials)
     assert [t.policy.cloud_threshold for t in front] == [1.0, 0.3, 0.0]
     assert [p.cloud_threshold for p in top_policies(trials, 3)] == [0.0, 0.3, 0.5]
     # within the limit first (0.3, then 1.0 with more critical failures), then the smaller violation (0.9 < 1.2)
@@ -76,3 +77,15 @@ def test_result_files_get_the_users_umask(tmp_path):
     finally:
         os.umask(previous)
     assert os.stat(path).st_mode & 0o777 == 0o640
+
+
+def test_the_front_keeps_a_policy_that_refuses_less_at_a_price_in_critical_failures():
+    """What a stricter over-refusal limit costs: a policy with more critical failures stays on the front when it
+    refuses fewer benign requests; an unknown rate (NaN) is the worst and dominated."""
+    safe_refusing = Trial(Policy(cloud_threshold=0.1), 1, 0.0, 0.3, 0.3, over_refusal_rate=0.08)
+    useful = Trial(Policy(cloud_threshold=0.2), 11, 0.0, 0.3, 0.3, over_refusal_rate=0.02)
+    worse = Trial(Policy(cloud_threshold=0.3), 11, 0.0, 0.3, 0.3, over_refusal_rate=0.05)
+    unknown = Trial(Policy(cloud_threshold=0.4), 11, 0.0, 0.3, 0.3, over_refusal_rate=float("nan"))
+    assert [t.policy.cloud_threshold for t in tradeoff_front([safe_refusing, useful, worse, unknown])] == [0.1, 0.2]
+    rows = front_rows([safe_refusing, useful])
+    assert [(r["train_critical"], r["train_refused"]) for r in rows] == [(1, 0.08), (11, 0.02)]
