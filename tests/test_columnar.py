@@ -129,7 +129,7 @@ def prepared(draw):
 
 def assert_same(columnar, reference):
     exact = ["scenarios", "critical_failures", "rollouts_with_critical", "critical_rate_upper", "failure_counts",
-             "success_counts"]
+             "success_counts", "benign_scenarios", "benign_refused", "benign_completed"]
     for name in exact:
         assert getattr(columnar, name) == getattr(reference, name), name
     for name in ("reward", "cost", "mean_cost"):
