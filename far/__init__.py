@@ -25,7 +25,7 @@ _EXPORTS = {
     "import_scenarios": "search.pipeline", "build_evaluator": "search.pipeline",
     "EvaluateResult": "search.pipeline", "SearchResult": "search.pipeline",
     "run_evolve": "evolve.loop", "run_service": "serve.service",
-    "load_guard": "search.pipeline", "read_policy_file": "search.pipeline", "dry_run": "search.dry_run",
+    "load_guard": "search.pipeline", "read_policy_file": "search.pipeline", "dry_run": "search.pipeline",
     "Decision": "rollout.guard", "ReadItem": "rollout.guard",
 }
 

@@ -57,13 +57,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
-    from rollout.io import write_json_atomic
-    from search.dry_run import dry_run
+    from search.pipeline import dry_run
 
-    result = dry_run(args.policy, args.traces, audit_log=args.audit_log, progress=progress)
-    print(result.report())
-    if args.output:
-        write_json_atomic(args.output, result.to_dict())
+    print(dry_run(args.policy, args.traces, audit_log=args.audit_log, output=args.output,
+                  progress=progress).report())
     return 0
 
 

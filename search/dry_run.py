@@ -39,8 +39,9 @@ class DryRun:
 
 
 def dry_run(policy_file: str | Path, traces: str | Path, *, audit_log: str | Path | None = None,
-            progress: Callable[[str], None] | None = None) -> DryRun:
-    """The policy file's guard over every call of ``traces`` (checked whole before any model loads)."""
+            output: str | Path | None = None, progress: Callable[[str], None] | None = None) -> DryRun:
+    """The policy file's guard over every call of ``traces`` (checked whole before any model loads); the counts
+    and the stopped calls are also written to ``output`` (JSON, atomically) when given."""
     from rollout.suites.imported import import_jsonl
     from search.policy_file import load_guard, read_policy_file
 
@@ -63,6 +64,10 @@ def dry_run(policy_file: str | Path, traces: str | Path, *, audit_log: str | Pat
                                    "arguments": list(decision.arguments)})
         if progress is not None and number % 500 == 0:
             progress(f"  dry run: {number}/{len(imported.scenarios)} calls decided")
+    if output is not None:
+        from rollout.io import write_json_atomic
+
+        write_json_atomic(output, result.to_dict())
     return result
 
 

@@ -31,6 +31,7 @@ from search.config import (
 from search.evaluate import Evaluator
 from search.gate import GateConfig, GateVerdict, gate, gate_rule
 from search.html_report import metric_rounds_page
+from search.dry_run import dry_run
 from search.policy_file import load_guard, read_policy_file
 from search.results import PolicyResult
 from verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
@@ -38,7 +39,7 @@ from verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_tabl
 __all__ = [
     "EvaluateResult", "GateConfig", "GateVerdict", "PolicyResult", "Progress", "RunConfig", "SearchResult",
     "build_evaluator", "build_verifier", "gate", "import_scenarios", "metric_rounds_page", "run_calibrate",
-    "load_guard", "read_policy_file", "run_evaluate", "run_search",
+    "dry_run", "load_guard", "read_policy_file", "run_evaluate", "run_search",
 ]
 
 Progress = Callable[[str], None]  # one line of progress (the CLI prints it to stderr)
