@@ -201,6 +201,8 @@ def choose(train_slice: Slice, gate_config, max_policies: int | None = None) -> 
     summary = {label: {"policy": r.policy.short(), "train": train_figures(r)} for label, r in chosen.items()}
     summary["grid_size"] = len(policies)
     summary["feasible_on_train"] = sum(1 for r in train if constraint_free(r, limits))
+    summary["grid"] = [{"policy": r.policy.short(), "feasible": constraint_free(r, limits), **train_figures(r)}
+                       for r in ranked]
     summary["seconds"] = time.perf_counter() - started
     return {"results": chosen, "summary": summary}
 
