@@ -54,6 +54,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_reviser.py
 	$(BIN)/python bench/bench_agentdojo.py
 	$(BIN)/python bench/bench_provenance.py
+	$(BIN)/python bench/bench_agentdojo_policy.py
 	$(BIN)/python bench/bench_guard.py
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_evolve.py
