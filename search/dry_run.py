@@ -45,6 +45,8 @@ def dry_run(policy_file: str | Path, traces: str | Path, *, audit_log: str | Pat
     from rollout.suites.imported import import_jsonl
     from search.policy_file import load_guard, read_policy_file
 
+    if output is not None and (Path(output).is_dir() or not Path(output).parent.is_dir()):
+        raise FarInputError("must be a file in an existing directory", file=output, field="--output")
     read_policy_file(policy_file)
     imported = import_jsonl(traces, registry=_read_only_registry())
     if not imported.scenarios:

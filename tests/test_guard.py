@@ -226,3 +226,5 @@ def test_a_dry_run_over_logged_traces_says_what_would_have_fired_and_runs_nothin
                         lambda *a, **k: pytest.fail("a model was built before the file was checked"))
     assert main(["dry-run", broken, str(traces)]) == 2
     assert "policy.untrusted_target_rule" in capsys.readouterr().err
+    assert main(["dry-run", policy, str(traces), "--output", str(tmp_path / "missing" / "dry.json")]) == 2
+    assert "--output" in capsys.readouterr().err
