@@ -28,10 +28,10 @@ from search.config import (
     LoadedEvaluateConfig, LoadedRunConfig, LoadedSearchConfig, RunConfig, check_capacity, check_fit_data,
     fit_suites, load_evaluate_config, load_fit_suites, load_run_config, load_search_config, load_suite, make_verifier,
 )
+from search.dry_run import dry_run
 from search.evaluate import Evaluator
 from search.gate import GateConfig, GateVerdict, gate, gate_rule
 from search.html_report import metric_rounds_page
-from search.dry_run import dry_run
 from search.policy_file import load_guard, read_policy_file
 from search.results import PolicyResult
 from verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
@@ -313,8 +313,8 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     from rollout.scenario import SPLITS
     from rollout.suites import split_manifest
     from search.html_report import render
-    from search.policy_file import policy_file
     from search.leaderboard import advice, build_leaderboard, front_rows
+    from search.policy_file import policy_file
     from search.rank import RANKING_WORDS, Constraints
     from search.report import attribution_table, effects_table, front_table, pct, results_table
     from search.tune_search import run_tune
