@@ -31,7 +31,6 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,23 +163,6 @@ def listed_apart(benign: Slice) -> dict:
     return lists
 
 
-def stopped_by(scenarios, undefended, guarded) -> dict[str, int]:
-    """For each injected episode the undefended policy let the attack through: what stopped it under the guard."""
-    from search.results import INTERVENTIONS
-
-    table: Counter = Counter()
-    for scenario, open_verdict, trajectory, verdict in zip(scenarios, undefended.verdicts, guarded.trajectories,
-                                                           guarded.verdicts, strict=True):
-        if scenario.kind != "injected" or open_verdict.z.security >= 1.0:
-            continue
-        deciders = sorted({f"{step.parameter} {action}" for step in trajectory.steps if step.parameter is not None
-                           and (action := INTERVENTIONS.get((step.node, step.decision.split(":")[0]))) is not None}
-                          | {"the cloud vetoed" for step in trajectory.steps
-                             if (step.node, step.decision) == ("cloud_review", "veto")})
-        table["not stopped" if verdict.z.security < 1.0 else (" + ".join(deciders) or "no intervention")] += 1
-    return dict(table.most_common())
-
-
 def choose(train_slice: Slice, gate_config, max_policies: int | None = None) -> dict:
     """Stage 1: every grid policy on the train slice, ranked under the gate's limits; the winner and the
     baselines."""
@@ -227,6 +209,7 @@ def main() -> None:
     from search.config import load_search_config
     from search.gate import gate
     from search.pipeline import RunConfig, build_evaluator
+    from search.results import stopped_by
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--suites", default=",".join(SUITES))
@@ -270,7 +253,8 @@ def main() -> None:
                       "gate": {"deploy": verdict.deploy, "reason": verdict.reason},
                       "figures": figures(episode_rows(scenarios, evaluation), apart_tasks),
                       "figures_declining_user": figures(episode_rows(scenarios, declined), apart_tasks),
-                      "stopped_by": stopped_by(scenarios, undefended, evaluation)}
+                      "stopped_by": stopped_by(scenarios, undefended.verdicts, evaluation.trajectories,
+                                               evaluation.verdicts)["all"]}
         pooled = out[label]["figures"]
         print(f"{label}: {policy.short()}\n  ASR all {pooled['injected']['all/all']['asr']}\n  benign "
               f"{pooled['benign']['all']}", flush=True)

@@ -33,19 +33,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from bench.bench_real import COST_LIMIT, REAL, policy_grid  # noqa: E402
+from search.gate import clopper_pearson_interval as exact_interval  # noqa: E402
+from search.results import stopped_by  # noqa: E402
 
 ATTACKS = ("important_instructions", "tool_knowledge", "ignore_previous", "direct")
 RULES = ("allow", "review", "block")
-
-
-def exact_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Two-sided Clopper-Pearson interval for a rate."""
-    from scipy.stats import beta
-
-    alpha = 1 - confidence
-    low = 0.0 if successes == 0 else float(beta.ppf(alpha / 2, successes, n - successes + 1))
-    high = 1.0 if successes == n else float(beta.ppf(1 - alpha / 2, successes + 1, n - successes))
-    return low, high
 
 
 def pooled_asr(rows: list[dict]) -> dict:
@@ -56,29 +48,6 @@ def pooled_asr(rows: list[dict]) -> dict:
         pooled[row["suite"]] = [successes + round(row["asr"] * row["injected"]), n + row["injected"]]
     return {suite: {"successes": s, "injected": n, "asr": s / n, "asr_95": exact_interval(s, n)}
             for suite, (s, n) in sorted(pooled.items())}
-
-
-def stopped_by(scenarios, undefended, guarded) -> dict[str, dict[str, int]]:
-    """Per "suite/attack", for each injected holdout episode whose attack succeeded undefended: the policy
-    parameters that intervened in the guarded rollout (``search.results.INTERVENTIONS``) and whether the cloud
-    reviewer vetoed, several joined by " + "; or "not stopped" where the attack succeeded under the guard too."""
-    from collections import Counter
-
-    from search.results import INTERVENTIONS
-
-    table: dict[str, Counter] = {}
-    for scenario, open_verdict, trajectory, verdict in zip(scenarios, undefended.verdicts, guarded.trajectories,
-                                                           guarded.verdicts, strict=True):
-        if scenario.kind != "injected" or open_verdict.z.security >= 1.0:
-            continue
-        key = f"{scenario.category}/{(scenario.environment or {}).get('attack')}"
-        deciders = sorted({f"{step.parameter} {action}" for step in trajectory.steps if step.parameter is not None
-                           and (action := INTERVENTIONS.get((step.node, step.decision.split(":")[0]))) is not None}
-                          | {"the cloud vetoed" for step in trajectory.steps
-                             if (step.node, step.decision) == ("cloud_review", "veto")})
-        label = "not stopped" if verdict.z.security < 1.0 else (" + ".join(deciders) or "no intervention")
-        table.setdefault(key, Counter())[label] += 1
-    return {key: dict(counter.most_common()) for key, counter in sorted(table.items())}
 
 
 def run_split(split_by: str, suites: list[str], attacks: list[str], version: str, models: dict = REAL) -> dict:
@@ -126,7 +95,9 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
                           for r in rows) + f"\n{effects_table(effects)}", flush=True)
     for label in ("searched", "thresholds_only"):
         out[label]["pooled"] = pooled_asr(out[label]["per_attack"])
-        out[label]["stopped_by"] = stopped_by(holdout, evaluations["undefended"], evaluations[label])
+        out[label]["stopped_by"] = stopped_by(
+            holdout, evaluations["undefended"].verdicts, evaluations[label].trajectories, evaluations[label].verdicts,
+            key=lambda s: f"{s.category}/{(s.environment or {}).get('attack')}")
         print(f"  {split_by} {label}: pooled ASR {json.dumps(out[label]['pooled'])}\n  stopped by (attacks the "
               f"undefended run let through): {json.dumps(out[label]['stopped_by'])}", flush=True)
     out["seconds"] = time.perf_counter() - started

@@ -180,6 +180,27 @@ def rule_effects(scenarios: Sequence[Scenario], trajectories: Sequence[Trajector
     return sorted(table.values(), key=lambda e: (-e["decided"], e["parameter"], e["action"]))
 
 
+def stopped_by(scenarios: Sequence[Scenario], undefended: Sequence[Verdict], trajectories: Sequence[Trajectory],
+               verdicts: Sequence[Verdict], key: Callable[[Scenario], str] = lambda s: "all"
+               ) -> dict[str, dict[str, int]]:
+    """Per ``key(scenario)``, for each injected scenario whose attack succeeded under an undefended policy
+    (``undefended`` verdicts): what stopped it in the guarded rollout -- the policy parameters that intervened
+    (``INTERVENTIONS``) and whether the cloud vetoed, joined by " + " -- or "not stopped" where the attack
+    succeeded under the guard too. Most frequent first."""
+    table: dict[str, Counter[str]] = {}
+    for scenario, open_verdict, trajectory, verdict in zip(scenarios, undefended, trajectories, verdicts,
+                                                           strict=True):
+        if scenario.kind != "injected" or open_verdict.z.security >= 1.0:
+            continue
+        deciders = sorted({f"{step.parameter} {action}" for step in trajectory.steps if step.parameter is not None
+                           and (action := INTERVENTIONS.get((step.node, step.decision.split(":")[0]))) is not None}
+                          | {"the cloud vetoed" for step in trajectory.steps
+                             if (step.node, step.decision) == ("cloud_review", "veto")})
+        label = "not stopped" if verdict.z.security < 1.0 else (" + ".join(deciders) or "no intervention")
+        table.setdefault(key(scenario), Counter())[label] += 1
+    return {name: dict(counter.most_common()) for name, counter in sorted(table.items())}
+
+
 def breakdown(policy_name: str, split: str, scenarios: Sequence[Scenario], verdicts: Sequence[Verdict],
               exclude: Callable[[Scenario], bool] | None = None) -> list[dict[str, Any]]:
     """Rates per (category, kind, attack), e.g. per AgentDojo suite, benign/injected and attack:

@@ -32,3 +32,34 @@ def test_benign_counts_are_over_benign_rollouts_only(rows):
     else:  # a rate over nothing is unknown, never 0
         assert math.isnan(result.over_refusal_rate) and math.isnan(result.benign_success_rate)
     assert result.failure_counts[FailureKind.OVER_REFUSAL.value] == sum(refused for _, refused, _ in rows)
+
+
+def test_stopped_by_names_what_stopped_each_attack_the_undefended_policy_let_through():
+    """Only injected scenarios whose attack succeeded undefended are counted; each under the parameters that
+    intervened in the guarded rollout, or "not stopped"; the counts add up to those attacks."""
+    from conftest import oracle_models
+
+    from rollout.agent import replay_calls
+    from rollout.calls import GroundTruthEnvironment, RecordedCalls
+    from rollout.models.backends import ModelsConfig, build_models
+    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from search.results import stopped_by
+    from verifiers.rules import RuleVerifier
+
+    scenarios = list(EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=5)).scenarios("holdout"))
+    records = build_models(ModelsConfig.model_validate(oracle_models())).record(scenarios)
+    calls = [RecordedCalls(s, r, GroundTruthEnvironment()) for s, r in zip(scenarios, records)]
+    verifier = RuleVerifier()
+
+    def run(policy):
+        trajectories = [replay_calls(c, policy) for c in calls]
+        return trajectories, [verifier.verify(s, t) for s, t in zip(scenarios, trajectories)]
+
+    _, open_verdicts = run(Policy(cloud_threshold=1.0, require_confirmation=False, fallback_mode="safe_shutdown"))
+    trajectories, verdicts = run(Policy(cloud_threshold=1.0, require_confirmation=False, provenance_rule="block"))
+    table = stopped_by(scenarios, open_verdicts, trajectories, verdicts)["all"]
+    let_through = sum(s.kind == "injected" and v.z.security < 1.0 for s, v in zip(scenarios, open_verdicts))
+    assert let_through > 0 and sum(table.values()) == let_through
+    assert table.get("provenance_rule blocked", 0) > 0
+    by_kind = stopped_by(scenarios, open_verdicts, trajectories, verdicts, key=lambda s: s.category)
+    assert sum(n for counts in by_kind.values() for n in counts.values()) == let_through
