@@ -1,24 +1,24 @@
-"""Encoding speed of the two probe encoders on the built-in suite's texts (issue 38's first-run goal), uncached.
+"""Encoders at the CPU's speed (issue 53): texts/s per precision on this host, and what bf16 does to the guards.
 
-    python bench/bench_encode.py [--texts 192] [--out bench/out/encode.json]
+    python bench/bench_encode.py [--texts 192] [--suites edge_cloud,agentdojo,broad_requests]
+                                 [--out bench/out/encode.json]
 
-For each encoder (MiniLM for the edge, SmolLM2 layer 20 for the reviewer) and each way of running it: texts per
-second on a fixed random sample of the distinct probe texts of ``configs/search.yaml``'s suite, and the largest
-relative change of a vector against the first way (float rounding only, or the figures would move).
+Host: the CPU model and whether torch finds AMX / AVX512-BF16 (``rollout.models.encoders.bf16_native``, what
+``precision: auto`` follows), and the matmul rate torch reaches on both cores in fp32 and bf16 (square 1024).
 
-    shipped order   the texts in the order given (what FAR did before batching by length)
-    by length       FAR's SmolLM2 encoder: batches of similar length (MiniLM's sentence-transformers sorts itself)
-    2 threads       by length, with torch on both cores (the default now: ``threads`` None = every core)
+Speed: for each encoder (MiniLM for the edge, SmolLM2 layer 20 for the reviewer), uncached texts/s on a fixed
+random sample of the built-in suite's distinct probe texts, as FAR runs it (by length, every core), in fp32 and
+in bf16 autocast, and the smallest cosine between a text's fp32 and bf16 vectors.
 
-And how far each rate is from what this CPU can do at all: the matmul work per text (2 x the parameters of the
-layers it runs through x its tokens) times the rate, against the fp32 matmul rate torch reaches on the same
-cores (square 1024 matmuls), and the share of that peak the issue's goal rate would need.
+Figures: for each suite and guard, the shipped fit (the suite's train split plus ``broad_requests``', balanced,
+holdout content dropped; broad_requests alone for itself), once on fp32 vectors and once on bf16, scored on
+the suite's holdout: AUROC and TPR at 5% FPR per precision and the change. The issue allows < 0.005.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import platform
 import random
 import sys
 import time
@@ -26,24 +26,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from bench.bench_loso import BROAD, fitted, load, model, roc, scores  # noqa: E402
+
+PRECISIONS = ("fp32", "bf16")
 
 
-def timed(encode, texts):
-    started = time.perf_counter()
-    vectors = encode(texts)
-    return vectors, len(texts) / (time.perf_counter() - started)
-
-
-GOALS = {"MiniLM (edge)": 150.0, "SmolLM2 layer 20 (reviewer)": 20.0}  # texts/s, issue 38
-
-
-def matmul_peak(threads: int, size: int = 1024, seconds: float = 3.0) -> float:
-    """GFLOP/s of fp32 square matmuls on ``threads`` cores: about the best any fp32 encoder can do here."""
+def host() -> dict:
     import torch
 
-    torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    from rollout.models.encoders import bf16_native
+
+    name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")), platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    return {"cpu": name, "cores": len(__import__("os").sched_getaffinity(0)),
+            "flags": sorted(f for f in flags if f.startswith(("amx", "avx512_bf16", "avx512_vnni", "avx2"))),
+            "torch_capability": torch.backends.cpu.get_cpu_capability(), "bf16_native": bf16_native()}
+
+
+def matmul_peak(dtype_name: str, size: int = 1024, seconds: float = 3.0) -> float:
+    """GFLOP/s of square matmuls in ``dtype_name`` on every core: about the best an encoder can do here."""
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -52,77 +60,82 @@ def matmul_peak(threads: int, size: int = 1024, seconds: float = 3.0) -> float:
     return 2 * size ** 3 * done / (time.perf_counter() - started) / 1e9
 
 
-def gflop_per_text(layers, tokenizer, texts) -> float:
-    """Matmul work of one text, on average: 2 x the layers' parameters x its tokens (attention over ~60 tokens
-    and the embeddings add a few per cent: left out, so the figure is a floor)."""
-    parameters = sum(p.numel() for p in layers.parameters())
-    tokens = sum(len(tokenizer(t)["input_ids"]) for t in texts) / len(texts)
-    return 2 * parameters * tokens / 1e9
-
-
-def relative_change(a, b) -> float:
-    import numpy as np
-
-    return float((np.linalg.norm(a - b, axis=1) / np.linalg.norm(b, axis=1)).max())
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--texts", type=int, default=192)
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "encode.json")
-    args = parser.parse_args()
-
+def speed(texts: list[str]) -> list[dict]:
     import numpy as np
 
     from rollout.models.encoders import MiniLMEncoder, SmolLM2Encoder
+
+    rows = []
+    for name, kind in (("MiniLM (edge)", MiniLMEncoder), ("SmolLM2 layer 20 (reviewer)", SmolLM2Encoder)):
+        vectors = {}
+        for precision in PRECISIONS:
+            encoder = kind(precision=precision)
+            encoder.encode(texts[:4])  # load the weights outside the timing
+            started = time.perf_counter()
+            vectors[precision] = encoder.encode(texts)
+            rows.append({"encoder": name, "precision": precision,
+                         "texts_per_s": round(len(texts) / (time.perf_counter() - started), 1)})
+        a, b = vectors["fp32"], vectors["bf16"]
+        cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        rows[-1]["min_cosine_to_fp32"] = round(float(cosine.min()), 6)
+        rows[-1]["speedup"] = round(rows[-1]["texts_per_s"] / rows[-2]["texts_per_s"], 2)
+        for row in rows[-2:]:
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def figures(names: list[str]) -> list[dict]:
+    """Holdout AUROC / TPR at 5% FPR of the shipped fit, per suite, guard and precision, and the change."""
+    import numpy as np
+
+    from rollout.scenario import model_input
+
+    data = load(names)
+    rows = []
+    for role in ("edge", "cloud"):
+        label = type(model(role, "fp32")).label
+        for name in names:
+            holdout = data[name]["holdout"]
+            parts = [data[name]["train"]] + ([data[BROAD]["train"]] if name != BROAD and BROAD in data else [])
+            labels = np.array([label(s) for s in holdout])
+            row = {"role": role, "suite": name, "n": len(holdout), "positives": int(labels.sum())}
+            for precision in PRECISIONS:
+                guard = fitted(role, parts, {model_input(s) for s in holdout}, precision)
+                row[precision] = roc(labels, scores(guard, role, holdout))
+            row["auroc_change"] = round(row["bf16"]["auroc"] - row["fp32"]["auroc"], 4)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--texts", type=int, default=192)
+    parser.add_argument("--suites", default="edge_cloud,agentdojo,broad_requests")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "encode.json")
+    args = parser.parse_args()
+
+    from rollout.models.encoders import load_torch
     from rollout.models.probe import probe_text
     from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
+    started = time.time()
+    load_torch(None)
+    about = host()
+    print(json.dumps(about), flush=True)
+    peaks = {precision: round(matmul_peak(precision), 1) for precision in PRECISIONS}
+    print(f"matmul GFLOP/s, every core: {peaks}", flush=True)
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3))
     texts = sorted({probe_text(s) for split in ("train", "holdout") for s in suite.scenarios(split)})
     texts = random.Random(0).sample(texts, min(args.texts, len(texts)))
-    rows = []
-    work: dict[str, float] = {}  # encoder -> GFLOP per text
-    for name, encoder in (("MiniLM (edge)", MiniLMEncoder(threads=1)),
-                          ("SmolLM2 layer 20 (reviewer)", SmolLM2Encoder(threads=1))):
-        encoder.encode(texts[:4])  # load the weights outside the timing
-        if isinstance(encoder, SmolLM2Encoder):  # the order FAR batched in before: as given
-            def given_order(batch, encoder=encoder):
-                return np.concatenate([encoder.encode([t for t in batch[i:i + encoder.batch_size]])
-                                       for i in range(0, len(batch), encoder.batch_size)])
-        else:
-            given_order = encoder.encode
-        reference, rate = timed(given_order, texts)
-        rows.append({"encoder": name, "way": "shipped order, 1 thread", "texts_per_s": round(rate, 1),
-                     "max_relative_change": 0.0})
-        vectors, rate = timed(encoder.encode, texts)
-        rows.append({"encoder": name, "way": "by length, 1 thread", "texts_per_s": round(rate, 1),
-                     "max_relative_change": relative_change(vectors, reference)})
-        encoder.threads = 2  # FAR's default: every core this process may use (two here)
-        vectors, rate = timed(encoder.encode, texts)
-        rows.append({"encoder": name, "way": "by length, 2 threads", "texts_per_s": round(rate, 1),
-                     "max_relative_change": relative_change(vectors, reference)})
-        for row in rows[-3:]:
-            print(f"{row['encoder']:<28} {row['way']:<24} {row['texts_per_s']:>7.1f} texts/s  "
-                  f"max relative change {row['max_relative_change']:.1e}", flush=True)
-        if isinstance(encoder, SmolLM2Encoder):
-            work[name] = gflop_per_text(encoder._model.layers, encoder._tokenizer, texts)
-        else:
-            work[name] = gflop_per_text(encoder._model[0].auto_model.encoder, encoder._model.tokenizer, texts)
-    peak = matmul_peak(threads=2)
-    print(f"fp32 matmul peak, 2 threads: {peak:.0f} GFLOP/s", flush=True)
-    headroom = []
-    for name, gflop in work.items():
-        rate = next(r["texts_per_s"] for r in rows if r["encoder"] == name and r["way"] == "by length, 2 threads")
-        headroom.append({"encoder": name, "gflop_per_text": round(gflop, 3), "gflop_per_s": round(gflop * rate, 1),
-                         "share_of_peak": round(gflop * rate / peak, 3), "goal_texts_per_s": GOALS[name],
-                         "goal_share_of_peak": round(gflop * GOALS[name] / peak, 3)})
-        row = headroom[-1]
-        print(f"{name:<28} {gflop:.2f} GFLOP/text: {row['gflop_per_s']:.0f} GFLOP/s = {row['share_of_peak']:.0%} "
-              f"of peak; the goal ({GOALS[name]:.0f}/s) needs {row['goal_share_of_peak']:.0%}", flush=True)
+    result = {"date": time.strftime("%Y-%m-%d"), "host": about, "matmul_gflop_s": peaks, "texts": len(texts),
+              "speed": speed(texts), "figures": figures(args.suites.split(",")) if args.suites else []}
+    result["seconds"] = round(time.time() - started)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"texts": len(texts), "rows": rows, "matmul_peak_gflop_s": round(peak, 1),
-                                    "headroom": headroom}, indent=2))
+    partial = args.out.with_suffix(".partial")
+    partial.write_text(json.dumps(result, indent=2))
+    partial.replace(args.out)
+    print(f"wrote {args.out} in {result['seconds']} s")
 
 
 if __name__ == "__main__":

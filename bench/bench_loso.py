@@ -62,11 +62,12 @@ def load(names: list[str]) -> dict:
     return data
 
 
-def model(role: str):
+def model(role: str, precision: str = "auto"):
     from rollout.models.backends import build_models
     from rollout.models.spec import ModelsConfig
 
-    config = ModelsConfig.model_validate({role: ROLES[role], "scope": None})
+    spec = {**ROLES[role], "encoder_options": {"precision": precision}}
+    config = ModelsConfig.model_validate({role: spec, "scope": None})
     return getattr(build_models(config), role)
 
 
@@ -76,10 +77,10 @@ def scores(guard, role: str, scenarios) -> np.ndarray:
     return guard.probe.predict([probe_text(s) for s in scenarios])
 
 
-def fitted(role: str, parts: list[list], excluded: set) -> object:
+def fitted(role: str, parts: list[list], excluded: set, precision: str = "auto") -> object:
     from search.fitting import balanced, without_content
 
-    guard = model(role)
+    guard = model(role, precision)
     guard.fit(balanced([without_content(part, excluded)[0] for part in parts]),
               progress=lambda m: print(m, flush=True))
     return guard

@@ -293,6 +293,11 @@ class ModelSet:
         """The roles whose model reads the scenario's labels: every figure made with one is marked ORACLE."""
         return tuple(role for role in ("edge", "cloud", "user") if getattr(getattr(self, role), "oracle", False))
 
+    def precisions(self) -> dict[str, str]:
+        """The arithmetic each encoder-backed role runs in ("fp32", "bf16"), chosen for this CPU at run time."""
+        return {role: model.precision for role in ("edge", "cloud", "scope")
+                if (model := getattr(self, role)) is not None and isinstance(getattr(model, "precision", None), str)}
+
     def describe(self) -> dict[str, object]:
         return {
             "edge": self.edge.name,
@@ -301,6 +306,7 @@ class ModelSet:
             **({"scope": self.scope.name} if self.scope is not None else {}),
             "simulated": self.simulated,
             "oracle": list(self.oracle_roles),
+            "precision": self.precisions(),
             "model_calls": self.cache_stats(),
         }
 

