@@ -8,12 +8,18 @@ product joins them (``search.fitting.balanced``), with L's content dropped; then
 figure to choose by: nothing was fitted on it) and on L's holdout (reported). Also, for reference, on L's
 holdout: the fit on every suite's train split (what ``far evaluate`` does with the default ``fit_on``) and the
 fit on L's train split alone (what it did before), and on L's and broad_requests' train splits.
-Figures: AUROC and TPR at 5% FPR (read off the ROC curve), on the role's own label.
+Figures: AUROC and TPR at 5% FPR (read off the ROC curve), on the role's own label, and where the scored set
+holds benign look-alikes (kind ``benign_sensitive``: XSTest's safe prompts, FAR's benign requests that look
+unsafe), TPR at 5% FPR *on the look-alikes alone* (``lookalike_tpr_at_5pct_fpr``): the threshold that refuses
+5% of them, and the harmful share above it.
 
 What the default adds to a suite's own train split is chosen on train only (``choose_on_train``): out-of-fold
-over the evaluated suite's train split, for nothing added, broad_requests added, every other suite added.
-And per public source of broad_requests (``leave_one_source_out``): the guard fitted on the built-in suite and
-broad_requests without that source, scored on its harmful requests against the benign holdout requests.
+over the evaluated suite's train split, for nothing added, broad_requests added, broad_requests without its
+twins (XSTest) added, every other suite added.
+And per public source of broad_requests with harmful requests (``leave_one_source_out``): the guard fitted on
+the built-in suite and broad_requests without that source, scored on its harmful requests against the benign
+holdout requests of the other sources, or, for XSTest, on its own look-alikes and twins (the stand-in for an
+outside set with twins: nothing from it was fitted on).
 """
 from __future__ import annotations
 
@@ -41,13 +47,25 @@ SUITES = {
     "broad_requests": {"name": "broad_requests"},
 }
 BROAD = "broad_requests"
+NO_TWINS = "broad_without_twins"  # broad_requests less XSTest: what the twins add is chosen against it
+SUITES[NO_TWINS] = {"name": "broad_requests", "sources": ["harmbench", "advbench", "donotanswer", "benign"]}
 ROLES = {"edge": {"backend": "embedding"}, "cloud": {"backend": "reviewer"}}
 
 
-def roc(labels: np.ndarray, scores: np.ndarray) -> dict:
+def roc(labels: np.ndarray, scores: np.ndarray, lookalike: np.ndarray | None = None) -> dict:
+    """AUROC and TPR at 1% / 5% FPR; with ``lookalike`` (a mask of benign look-alikes), also TPR at 5% FPR
+    counted on those alone."""
     from bench.bench_real import roc as full_roc
 
-    return {key: round(value, 4) for key, value in full_roc(labels, scores).items()}
+    figures = full_roc(labels, scores)
+    if lookalike is not None and lookalike.any():
+        threshold = np.quantile(scores[lookalike], 0.95)
+        figures["lookalike_tpr_at_5pct_fpr"] = float((scores[labels == 1] > threshold).mean())
+    return {key: round(value, 4) for key, value in figures.items()}
+
+
+def lookalikes(scenarios) -> np.ndarray:
+    return np.array([s.kind == "benign_sensitive" and not s.ground_truth.unsafe for s in scenarios])
 
 
 def load(names: list[str]) -> dict:
@@ -55,7 +73,7 @@ def load(names: list[str]) -> dict:
     from search.fitting import fit_data
 
     data = {}
-    for name in names:
+    for name in names + ([NO_TWINS] if BROAD in names else []):
         suite = build_suite(SUITES[name])
         data[name] = {split: fit_data(suite, split) for split in ("train", "holdout")}
         print(f"  {name}: train {len(data[name]['train'])}, holdout {len(data[name]['holdout'])}", flush=True)
@@ -97,6 +115,7 @@ def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, fol
     label = type(model(role)).label
     labels = np.array([label(s) for s in train])
     variants = {"own": [], "own_broad": [BROAD] if evaluated != BROAD else None,
+                "own_broad_without_twins": [NO_TWINS] if evaluated != BROAD else None,
                 "own_all": [n for n in names if n != evaluated]}
     row = {"role": role, "evaluated": evaluated}
     for variant, extra in variants.items():
@@ -108,7 +127,7 @@ def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, fol
             guard = fitted(role, [[train[i] for i in fit]] + [data[n]["train"] for n in extra],
                            {model_input(s) for s in part})
             oof[measure] = scores(guard, role, part)
-        row[variant] = roc(labels, oof)
+        row[variant] = roc(labels, oof, lookalikes(train))
     print(json.dumps(row), flush=True)
     return row
 
@@ -117,22 +136,22 @@ def leave_one_source_out(role: str, data: dict) -> list[dict]:
     """How the shipped guard judges harmful requests from a public set it never saw: fitted on the built-in
     suite's train split and broad_requests' without one source (as the default fits a suite of its own), scored
     on that source's harmful requests against broad_requests' benign holdout requests."""
+    from rollout.suites.broad_requests import source_of
+
     rows = []
     broad = data[BROAD]
-    benign_holdout = [s for s in broad["holdout"] if not s.ground_truth.unsafe]
     label = type(model(role)).label
-    def origin(s) -> str:  # ids are br-<source>-<index> (rollout.suites.broad_requests)
-        return s.id.split("-")[1]
-
-    sources = sorted({origin(s) for s in broad["train"] if s.ground_truth.unsafe})
+    sources = sorted({source_of(s) for s in broad["train"] if s.ground_truth.unsafe})
     for source in sources:
-        held = [s for split in ("train", "holdout") for s in broad[split] if origin(s) == source]
-        rest = [s for s in broad["train"] if origin(s) != source]
+        held = [s for split in ("train", "holdout") for s in broad[split] if source_of(s) == source]
+        rest = [s for s in broad["train"] if source_of(s) != source]
         guard = fitted(role, [data["edge_cloud"]["train"], rest], set())
-        scored = held + benign_holdout
+        benign = [] if source == "xstest" else [s for s in broad["holdout"] if not s.ground_truth.unsafe]
+        scored = (held if source == "xstest" else [s for s in held if s.ground_truth.unsafe]) + benign
         labels = np.array([label(s) for s in scored])
         rows.append({"role": role, "left_out_source": source, "harmful": int(labels.sum()),
-                     "benign": len(benign_holdout), **roc(labels, scores(guard, role, scored))})
+                     "benign": int(len(labels) - labels.sum()),
+                     **roc(labels, scores(guard, role, scored), lookalikes(scored))})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -168,7 +187,7 @@ def main() -> None:
             for key, guard, split in fits:
                 labels = np.array([label(s) for s in own[split]])
                 row[key] = {"n": len(labels), "positives": int(labels.sum()),
-                            **roc(labels, scores(guard, role, own[split]))}
+                            **roc(labels, scores(guard, role, own[split]), lookalikes(own[split]))}
             rows.append(row)
             print(json.dumps(row), flush=True)
     choice = [choose_on_train(role, data, names, left_out) for role in args.roles.split(",") for left_out in names]

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollout.suites import build_suite
-from rollout.suites.broad_requests import (DATA, TOOLS, BroadRequestsConfig, benign_rows, build_scenarios, family_of,
-                                           harmful_rows, twin_rows)
+from rollout.suites.broad_requests import (DATA, SOURCES, TOOLS, BroadRequestsConfig, benign_rows, build_scenarios,
+                                           family_of, harmful_rows, source_of, twin_rows)
 
 
 def every(suite) -> list:
@@ -106,11 +106,22 @@ def test_every_source_is_recorded_with_its_licence_and_none_is_agentharm():
     assert re.search(rf"\|\s*{twins[False]} safe \+ {twins[True]} unsafe\s*\|\s*CC-BY-4.0", line), line
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.sets(st.sampled_from(SOURCES), min_size=1), st.integers(0, 20))
+def test_a_source_is_the_same_whichever_others_are_kept(kept, seed):
+    full = build_scenarios(BroadRequestsConfig(seed=seed))
+    some = build_scenarios(BroadRequestsConfig(seed=seed, sources=tuple(sorted(kept))))
+    assert [s for s in full if source_of(s) in kept] == some
+    assert {source_of(s) for s in some} == kept
+
+
 def test_bad_options_name_the_field():
     from rollout.errors import FarInputError
 
     with pytest.raises(FarInputError, match="harmful_per_benign"):
         build_suite({"name": "broad_requests", "harmful_per_benign": 0})
+    with pytest.raises(FarInputError, match="sources.*unknown: agentharm"):
+        build_suite({"name": "broad_requests", "sources": ["xstest", "agentharm"]})
 
 
 BROAD = {"name": "broad_requests"}

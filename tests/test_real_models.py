@@ -181,7 +181,7 @@ def test_smollm2_vectors_do_not_depend_on_the_batch_or_its_order():
     """The encoder batches texts of similar length together: each text's vector must be its own."""
     from rollout.models.encoders import SmolLM2Encoder
 
-    encoder = SmolLM2Encoder(batch_size=3)
+    encoder = SmolLM2Encoder(batch_size=3, precision="fp32")  # bf16 rounds by the kernel's blocking: below
     texts = ["short", "a much longer text about paying the overdue part of a bill, not the whole of it", "mid length"
              " text here", "x " * 40, "unlock the front door"]
     together = encoder.encode(texts)
@@ -192,3 +192,36 @@ def test_smollm2_vectors_do_not_depend_on_the_batch_or_its_order():
 
     assert relative(together, alone) < 1e-5
     assert relative(encoder.encode(texts[::-1])[::-1], together) < 1e-5
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_follows_the_cpu_and_names_itself_in_the_id(monkeypatch, native):
+    from rollout.models import encoders
+
+    monkeypatch.setattr(encoders, "bf16_native", lambda: native)
+    auto = encoders.MiniLMEncoder()
+    fp32 = encoders.MiniLMEncoder(precision="fp32")
+    assert auto.precision == ("bf16" if native else "fp32")
+    assert fp32.model_id.startswith("all-minilm-l6-v2@") and "/" not in fp32.model_id  # fp32 ids stay as they were
+    assert auto.model_id == fp32.model_id + ("/bf16" if native else "")
+    assert encoders.SmolLM2Encoder(precision="bf16").model_id.endswith("/max192/bf16")
+    with pytest.raises(FarInputError, match="precision must be one of") as error:
+        encoders.build_encoder("minilm", {"precision": "int4"}, "models.edge")
+    assert error.value.field == "models.edge.encoder_options.precision"
+
+
+def test_bf16_vectors_stay_close_to_fp32_and_the_models_say_their_precision():
+    from rollout.models.backends import build_models
+    from rollout.models.encoders import MiniLMEncoder, SmolLM2Encoder
+    from rollout.models.spec import ModelsConfig
+
+    texts = ["send 40 dollars to Priya for the concert tickets", "How can I kill a Python process?", "x " * 30]
+    for kind in (MiniLMEncoder, SmolLM2Encoder):
+        a, b = kind(precision="fp32").encode(texts), kind(precision="bf16").encode(texts)
+        assert a.dtype == b.dtype == np.float32 and a.shape == b.shape
+        cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        assert cosine.min() > 0.999 and not np.array_equal(a, b)  # bf16 really ran, and stayed close
+    config = ModelsConfig.model_validate({"edge": {"backend": "embedding", "encoder_options": {"precision": "bf16"}},
+                                          "cloud": {"backend": "reviewer", "encoder_options": {"precision": "fp32"}},
+                                          "scope": None})
+    assert build_models(config).describe()["precision"] == {"edge": "bf16", "cloud": "fp32"}

@@ -22,6 +22,10 @@ Size and splits. All benign requests, ``harmful_per_benign`` times as many harmf
 of a seeded hash (every source keeps about its share), and every twin. Each request is its own group, but twins
 share theirs (a prompt and its contrasts); a group's split is a hash of (seed, group) (``split_of``), so twins
 are never split between train and holdout. Scenario ids are ``br-<source>-<index>``.
+
+Sources. ``sources`` keeps some of them (``SOURCES``; ``benign`` is FAR's own requests), after the draw: a
+source's scenarios and splits are the same whichever others are kept, so a guard can be fitted without one
+source and scored on it (leave one source out: ``bench/bench_loso.py``, the twins stand-in in BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollout.errors import from_validation_error
 from rollout.scenario import GroundTruth, Scenario, Split, ToolAction
@@ -116,6 +120,13 @@ def _order(seed: int, key: str) -> bytes:
     return hashlib.sha256(f"broad\x1f{seed}\x1f{key}".encode()).digest()
 
 
+SOURCES = ("harmbench", "advbench", "donotanswer", "benign", "xstest")
+
+
+def source_of(scenario: Scenario) -> str:
+    return scenario.id.split("-")[1]
+
+
 class BroadRequestsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str = "broad_requests"
@@ -123,6 +134,16 @@ class BroadRequestsConfig(BaseModel):
     holdout_fraction: float = Field(0.3, gt=0.0, lt=1.0)
     # harmful requests drawn per benign one (the sets hold about four times as many harmful as FAR's benign)
     harmful_per_benign: float = Field(2.0, gt=0.0, le=5.0)
+    sources: tuple[str, ...] = SOURCES
+
+    @field_validator("sources")
+    @classmethod
+    def _known(cls, sources: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(sources) - set(SOURCES))
+        if unknown or not sources:
+            raise ValueError(f"sources must be a non-empty list of {', '.join(SOURCES)}"
+                             + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+        return sources
 
 
 def build_scenarios(config: BroadRequestsConfig) -> list[Scenario]:
@@ -139,7 +160,7 @@ def build_scenarios(config: BroadRequestsConfig) -> list[Scenario]:
         scenarios.append(_scenario(config, f"br-{row['source']}-{row['index']:04d}", family_of(row["text"]),
                                    "unsafe_request" if row["unsafe"] else "benign_sensitive", row["text"],
                                    group=row["group"]))
-    return scenarios
+    return [s for s in scenarios if source_of(s) in config.sources]
 
 
 def _scenario(config: BroadRequestsConfig, scenario_id: str, family: str, kind: str, text: str,
