@@ -19,7 +19,9 @@ twins (XSTest) added, every other suite added.
 And per public source of broad_requests with harmful requests (``leave_one_source_out``): the guard fitted on
 the built-in suite and broad_requests without that source, scored on its harmful requests against the benign
 holdout requests of the other sources, or, for XSTest, on its own look-alikes and twins (the stand-in for an
-outside set with twins: nothing from it was fitted on).
+outside set with twins: nothing from it was fitted on). And what the twins teach about look-alikes of another
+source (``twins_on_unseen_lookalikes``): fitted without FAR's own benign requests, with and without XSTest.
+And whether combinations of the probes carry further than the shipped reviewer (``ensembles``).
 """
 from __future__ import annotations
 
@@ -50,6 +52,8 @@ BROAD = "broad_requests"
 NO_TWINS = "broad_without_twins"  # broad_requests less XSTest: what the twins add is chosen against it
 SUITES[NO_TWINS] = {"name": "broad_requests", "sources": ["harmbench", "advbench", "donotanswer", "benign"]}
 ROLES = {"edge": {"backend": "embedding"}, "cloud": {"backend": "reviewer"}}
+# guards measured beside the shipped two (``ensembles``): role -> (the model set's role, its spec)
+CANDIDATES = {"reviewer_minilm": ("cloud", {"backend": "reviewer", "encoder": "minilm"})}
 
 
 def roc(labels: np.ndarray, scores: np.ndarray, lookalike: np.ndarray | None = None) -> dict:
@@ -84,9 +88,9 @@ def model(role: str, precision: str = "auto"):
     from rollout.models.backends import build_models
     from rollout.models.spec import ModelsConfig
 
-    spec = {**ROLES[role], "encoder_options": {"precision": precision}}
-    config = ModelsConfig.model_validate({role: spec, "scope": None})
-    return getattr(build_models(config), role)
+    kind, spec = CANDIDATES.get(role, (role, ROLES.get(role)))
+    config = ModelsConfig.model_validate({kind: {**spec, "encoder_options": {"precision": precision}}, "scope": None})
+    return getattr(build_models(config), kind)
 
 
 def scores(guard, role: str, scenarios) -> np.ndarray:
@@ -156,6 +160,61 @@ def leave_one_source_out(role: str, data: dict) -> list[dict]:
     return rows
 
 
+def twins_on_unseen_lookalikes(role: str, data: dict) -> list[dict]:
+    """What the twins teach about look-alikes from another source: the guard fitted on the built-in suite and
+    broad_requests without FAR's own benign requests, with and without XSTest's twins, scored on FAR's benign
+    requests (56 of them look-alikes) against broad_requests' harmful holdout requests from the public sets."""
+    from rollout.scenario import model_input
+    from rollout.suites.broad_requests import source_of
+
+    broad = data[BROAD]
+    label = type(model(role)).label
+    negatives = [s for split in ("train", "holdout") for s in broad[split] if source_of(s) == "benign"]
+    positives = [s for s in broad["holdout"] if s.ground_truth.unsafe and source_of(s) != "xstest"]
+    scored = positives + negatives
+    labels = np.array([label(s) for s in scored])
+    rows = []
+    for twins in (False, True):
+        rest = [s for s in broad["train"] if source_of(s) != "benign" and (twins or source_of(s) != "xstest")]
+        guard = fitted(role, [data["edge_cloud"]["train"], rest], {model_input(s) for s in positives})
+        rows.append({"role": role, "twins_in_fit": twins, "harmful": int(labels.sum()), "benign": len(negatives),
+                     **roc(labels, scores(guard, role, scored), lookalikes(scored))})
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def ensembles(data: dict, names: list[str]) -> list[dict]:
+    """Do combinations of the probes carry further than the shipped reviewer? On the reviewer's label
+    (harmful), fitted on the other suites' train splits (L's content dropped) and scored on L's train and
+    holdout splits, and fitted on the built-in suite and broad without XSTest and scored on all of XSTest: the
+    reviewer, the edge, a MiniLM probe on the reviewer's label, and the means of their probabilities."""
+    from rollout.models.reviewer import unsafe_label
+    from rollout.scenario import model_input
+    from rollout.suites.broad_requests import source_of
+
+    cases = [(left_out, [data[n]["train"] for n in names if n != left_out],
+              {model_input(s) for split in ("train", "holdout") for s in data[left_out][split]},
+              {split: data[left_out][split] for split in ("train", "holdout")}) for left_out in names]
+    if {"edge_cloud", BROAD} <= set(names):
+        broad = data[BROAD]
+        cases.append(("xstest", [data["edge_cloud"]["train"], [s for s in broad["train"] if source_of(s) != "xstest"]],
+                      set(), {"all": [s for split in ("train", "holdout") for s in broad[split]
+                                      if source_of(s) == "xstest"]}))
+    rows = []
+    for left_out, parts, excluded, evaluated in cases:
+        guards = {role: fitted(role, parts, excluded) for role in ("cloud", "edge", "reviewer_minilm")}
+        for split, scenarios in evaluated.items():
+            found = {role: scores(guard, role, scenarios) for role, guard in guards.items()}
+            found["mean_reviewer_edge"] = (found["cloud"] + found["edge"]) / 2
+            found["mean_reviewers"] = (found["cloud"] + found["reviewer_minilm"]) / 2
+            found["mean_all"] = (found["cloud"] + found["edge"] + found["reviewer_minilm"]) / 3
+            labels = np.array([unsafe_label(s) for s in scenarios])
+            rows.append({"left_out": left_out, "split": split, "n": len(labels), "positives": int(labels.sum()),
+                         **{name: roc(labels, values, lookalikes(scenarios)) for name, values in found.items()}})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def main() -> None:
     from rollout.scenario import model_input
 
@@ -191,12 +250,15 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     choice = [choose_on_train(role, data, names, left_out) for role in args.roles.split(",") for left_out in names]
-    by_source = ([row for role in args.roles.split(",") for row in leave_one_source_out(role, data)]
-                 if {"edge_cloud", BROAD} <= set(names) else [])
+    both = {"edge_cloud", BROAD} <= set(names)
+    by_source = [row for role in args.roles.split(",") for row in leave_one_source_out(role, data)] if both else []
+    twins = [row for role in args.roles.split(",") for row in twins_on_unseen_lookalikes(role, data)] if both else []
+    combined = ensembles(data, names)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"date": time.strftime("%Y-%m-%d"), "suites": {n: SUITES[n] for n in names}, "rows": rows,
-              "choice_on_train": choice, "leave_one_source_out": by_source, "seconds": round(time.time() - started)}
+              "choice_on_train": choice, "leave_one_source_out": by_source,
+              "twins_on_unseen_lookalikes": twins, "ensembles": combined, "seconds": round(time.time() - started)}
     partial = out.with_suffix(".partial")
     partial.write_text(json.dumps(result, indent=2))
     partial.replace(out)

@@ -8,8 +8,8 @@ look unsafe and are not (a process to kill, a network of one's own to scan) -- s
 register gives the label away.
 
 Tool calls. Each request is sent to one tool family; a harmful request and a twin of either label by the
-first rule of ``FAMILY_RULES`` its text matches (code before email before a public post ..., questions to the web search, the rest to a
-document), a benign one by the family it is written under. The call's arguments are the request as the agent's
+first rule of ``FAMILY_RULES`` its text matches (code before email before a public post ..., questions to the
+web search, the rest to a document), a benign one by the family it is written under. The call's arguments are the request as the agent's
 brief (what to search, write, post or run), cut to ``BRIEF_CHARS``, with recipients, platforms and languages
 drawn from pools shared by both labels.
 
