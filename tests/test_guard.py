@@ -137,6 +137,31 @@ def test_a_bad_policy_file_names_its_field_before_any_model_loads(tmp_path, monk
     assert "policy.json" in str(error.value) and field in str(error.value)
 
 
+@pytest.mark.parametrize("stored, current, restores", [
+    ("all-minilm-l6-v2@abc", "all-minilm-l6-v2@abc", True),
+    ("all-minilm-l6-v2@abc/bf16", "all-minilm-l6-v2@abc", True),  # fitted in bf16, run in fp32: same weights
+    ("all-minilm-l6-v2@abc", "all-minilm-l6-v2@abc/bf16", True),
+    ("all-minilm-l6-v2@abc", "smollm2-135m-instruct@def/mean-layer20/max192", False),
+    ("smollm2@def/mean-layer20/max192/bf16", "smollm2@def/mean-layer12/max192/bf16", False),
+])
+def test_a_probe_state_restores_only_into_a_model_with_its_encoder(tmp_path, monkeypatch, stored, current, restores):
+    from rollout.models.fitted import restore, sha256_of
+
+    models = fitted_models(tmp_path, monkeypatch)
+    path = tmp_path / "data" / "probes" / ("a" * 64 + ".json")
+    path.write_text(json.dumps({"encoder": stored, "mean": [0.0], "scale": [1.0], "coef": [2.0], "intercept": 0.5}))
+    edge = models.edge
+    edge.model_id = current
+    state = {"file": "probes/" + "a" * 64 + ".json", "sha256": sha256_of(path)}
+    if restores:
+        restore(edge, state, "models.fitted.edge")
+        assert edge.probe.intercept == 0.5 and list(edge.probe.coef) == [2.0]
+    else:
+        with pytest.raises(FarInputError, match="was fitted on encoder") as error:
+            restore(edge, state, "models.fitted.edge")
+        assert error.value.field == "models.fitted.edge"
+
+
 def test_the_langgraph_node_runs_what_the_guard_allows_and_answers_the_rest():
     """A LangGraph graph whose tool node is the guard: the injected call is answered with the refusal, the user's
     own call runs; both as ToolMessages (OpenAI tool-call convention)."""

@@ -99,6 +99,12 @@ def precision_suffix(precision: str) -> str:
     return "" if precision == "fp32" else f"/{precision}"
 
 
+def without_precision(model_id: str) -> str:
+    """An encoder id less its precision suffix: the same weights and options, whatever the arithmetic."""
+    return next((model_id.removesuffix(precision_suffix(p)) for p in PRECISIONS[2:]
+                 if model_id.endswith(precision_suffix(p))), model_id)
+
+
 def autocast(torch: Any, precision: str) -> Any:
     """The context an encoder's forward pass runs in: bf16 autocast, or nothing for fp32."""
     return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()

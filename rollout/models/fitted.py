@@ -3,7 +3,9 @@ policy file records of its models, and what a runtime guard restores them from.
 
 Probes (the MiniLM edge, the SmolLM2 reviewer) keep ``probes/<fit key>.json``; the tool-scope model keeps
 ``scope/<fit key>.pkl``. ``fitted_state`` names a fitted model's file and its SHA-256; ``restore`` loads it into
-a freshly built model of the same backend, after checking that hash.
+a freshly built model of the same backend, after checking that hash and, for a probe, that the model encodes
+with the encoder it was fitted on (the precision may differ: a guard fitted on a host with bf16 runs in fp32 on
+one without, its vectors within a cosine of ~3e-5).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from rollout.errors import FarInputError
 from rollout.io import data_dir
+from rollout.models.encoders import without_precision
 
 
 def _file_of(model: Any) -> Path | None:
@@ -55,6 +58,10 @@ def restore(model: Any, state: dict[str, str], where: str) -> None:
         if probe is None:
             raise FarInputError(f"a probe state for a backend without a probe ({type(model).__name__})", field=where)
         data = json.loads(path.read_text())
+        stored, current = data.get("encoder", ""), getattr(model, "model_id", "")
+        if stored and current and without_precision(stored) != without_precision(current):
+            raise FarInputError(f"fitted state {state['file']} was fitted on encoder {stored}; this model encodes "
+                                f"with {current}", field=where)
         probe.mean, probe.scale = np.asarray(data["mean"]), np.asarray(data["scale"])
         probe.coef, probe.intercept, probe.fit_key = np.asarray(data["coef"]), float(data["intercept"]), path.stem
     else:
