@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-PIP := $(BIN)/pip install -q
+PIP := $(BIN)/pip install -q --no-compile  # modules compile on first import: only those a run uses
 
 .PHONY: install install-models run test bench clean
 
