@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "encode.json")
     args = parser.parse_args()
 
+    from rollout.io import write_json_atomic
     from rollout.models.encoders import load_torch
     from rollout.models.probe import probe_text
     from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
@@ -131,10 +132,7 @@ def main() -> None:
     result = {"date": time.strftime("%Y-%m-%d"), "host": about, "matmul_gflop_s": peaks, "texts": len(texts),
               "speed": speed(texts), "figures": figures(args.suites.split(",")) if args.suites else []}
     result["seconds"] = round(time.time() - started)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_suffix(".partial")
-    partial.write_text(json.dumps(result, indent=2))
-    partial.replace(args.out)
+    write_json_atomic(args.out, result)
     print(f"wrote {args.out} in {result['seconds']} s")
 
 

@@ -216,6 +216,7 @@ def ensembles(data: dict, names: list[str]) -> list[dict]:
 
 
 def main() -> None:
+    from rollout.io import write_json_atomic
     from rollout.scenario import model_input
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -255,13 +256,10 @@ def main() -> None:
     twins = [row for role in args.roles.split(",") for row in twins_on_unseen_lookalikes(role, data)] if both else []
     combined = ensembles(data, names)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     result = {"date": time.strftime("%Y-%m-%d"), "suites": {n: SUITES[n] for n in names}, "rows": rows,
               "choice_on_train": choice, "leave_one_source_out": by_source,
               "twins_on_unseen_lookalikes": twins, "ensembles": combined, "seconds": round(time.time() - started)}
-    partial = out.with_suffix(".partial")
-    partial.write_text(json.dumps(result, indent=2))
-    partial.replace(out)
+    write_json_atomic(out, result)
     print(f"wrote {out} in {result['seconds']} s")
 
 

@@ -54,6 +54,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "twins.json")
     args = parser.parse_args()
 
+    from rollout.io import write_json_atomic
     from search.gate import clopper_pearson_interval
 
     policies = {"cloud_always": yaml.safe_load((ROOT / "configs" / "policies.yaml").read_text())["policies"]
@@ -81,10 +82,7 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     report = {"date": time.strftime("%Y-%m-%d"), "policies": policies, "models": summary["models"],
               "rows": rows, "seconds": round(time.time() - started)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_suffix(".partial")
-    partial.write_text(json.dumps(report, indent=2))
-    partial.replace(args.out)
+    write_json_atomic(args.out, report)
     print(f"wrote {args.out} in {report['seconds']} s")
 
 
