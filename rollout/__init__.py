@@ -3,6 +3,3 @@ model-call records, trajectory I/O; suites live in ``suites/``, model backends i
 
 May import only the standard library and third-party packages: never verifiers, cluster, search, evolve or serve.
 """
-from rollout import moved as _moved
-
-_moved.install()  # old module paths (rollout.models.backends, rollout.models.lm, ...) resolve to their new homes

@@ -95,36 +95,6 @@ def run_python(code: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
-def test_old_module_paths_still_import_with_a_warning_naming_the_new_one():
-    done = run_python("""
-        import warnings
-        warnings.simplefilter("always")
-        with warnings.catch_warnings(record=True) as caught:
-            import rollout.backends, rollout.models.backends
-            from rollout.edge_cloud_suite import EdgeCloudSuite
-            import rollout.engines.hf
-            from rollout.models import ModelSet
-            from rollout.suites import ParquetSuite
-            from rollout.models.simulated import SimulatedEdge
-        import rollout.calls, rollout.models.oracle, rollout.suites.edge_cloud, rollout.suites.imported
-        assert rollout.backends is rollout.models.backends
-        assert EdgeCloudSuite is rollout.suites.edge_cloud.EdgeCloudSuite
-        assert ModelSet is rollout.calls.ModelSet and ParquetSuite is rollout.suites.imported.ParquetSuite
-        assert SimulatedEdge is rollout.models.oracle.OracleEdge
-        for message in sorted({str(w.message) for w in caught if w.category is DeprecationWarning}):
-            print(message)
-    """)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [
-        "rollout.backends moved to rollout.models.backends; import it from there",
-        "rollout.edge_cloud_suite moved to rollout.suites.edge_cloud; import it from there",
-        "rollout.engines moved to rollout.models.engines; import it from there",
-        "rollout.engines.hf moved to rollout.models.engines.hf; import it from there",
-        "rollout.models.ModelSet moved to rollout.calls.ModelSet",
-        "rollout.models.simulated moved to rollout.models.oracle; import it from there",
-    ]
-
-
 def test_a_module_that_never_existed_still_fails_plainly():
     done = run_python("import rollout.no_such_module")
     assert done.returncode == 1 and "ModuleNotFoundError: No module named 'rollout.no_such_module'" in done.stderr
