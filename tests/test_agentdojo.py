@@ -29,7 +29,7 @@ def banking(**options) -> AgentDojoSuite:
 
 
 def models(**cloud):
-    return build_models(ModelsConfig.model_validate(oracle_models(cloud={"backend": "simulated", **cloud},
+    return build_models(ModelsConfig.model_validate(oracle_models(cloud={"backend": "oracle", **cloud},
                                                                   cache={"enabled": False})))
 
 

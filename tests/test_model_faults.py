@@ -4,7 +4,7 @@ from conftest import PAY, PAY_RIGHT, THERMO, make_record, make_scenario
 
 from rollout.agent import build_graph, replay, run_live
 from rollout.calls import CloudReview, GroundTruthEnvironment, ModelSet
-from rollout.models.oracle import OracleEdge as SimulatedEdge, OracleUser as SimulatedUser
+from rollout.models.oracle import OracleEdge, OracleUser
 from rollout.policy import Policy
 from verifiers.rules import RuleVerifier
 from verifiers.taxonomy import FailureKind as K
@@ -68,7 +68,7 @@ class FlakyCloud:
 
 
 def models(faults):
-    return ModelSet(SimulatedEdge(), FlakyCloud(faults), SimulatedUser(), GroundTruthEnvironment())
+    return ModelSet(OracleEdge(), FlakyCloud(faults), OracleUser(), GroundTruthEnvironment())
 
 
 def test_recording_asks_again_only_for_faulted_calls():

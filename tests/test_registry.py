@@ -57,10 +57,9 @@ def test_entry_points_add_names(monkeypatch):
 
 def test_builtin_tables_name_what_the_configs_use():
     assert set(SUITES.names()) == {"parquet", "edge_cloud", "agentdojo", "broad_requests"}
-    assert set(EDGE_BACKENDS) == {"oracle", "simulated", "smollm2", "lm", "embedding", "calibrated"}
-    assert set(CLOUD_BACKENDS) == {"oracle", "simulated", "vllm", "openai", "lm", "reviewer", "finetuned", "calibrated"}
-    assert set(USER_BACKENDS) == {"oracle", "simulated", "approves"}
-    assert EDGE_BACKENDS["simulated"] is EDGE_BACKENDS["oracle"]  # the old name of the same thing
+    assert set(EDGE_BACKENDS) == {"oracle", "smollm2", "lm", "embedding", "calibrated"}
+    assert set(CLOUD_BACKENDS) == {"oracle", "vllm", "openai", "lm", "reviewer", "finetuned", "calibrated"}
+    assert set(USER_BACKENDS) == {"oracle", "approves"}
     assert MEMBERS.names() == ("rules", "environment", "llm_judge", "cloud_probe")
     assert "agentdojo" in JUDGES
     for table in (SUITES, EDGE_BACKENDS, CLOUD_BACKENDS, USER_BACKENDS, MEMBERS, JUDGES):
@@ -82,7 +81,7 @@ def test_a_third_party_suite_builds_by_name(tmp_path):
 
 
 def test_unknown_names_fail_as_before():
-    known = r"\(known: calibrated, embedding, lm, oracle, simulated, smollm2\)"
+    known = r"\(known: calibrated, embedding, lm, oracle, smollm2\)"
     with pytest.raises(FarInputError, match=r"unknown backend 'nope' " + known):
         build_models(ModelsConfig(edge=BackendSpec(backend="nope")))
     known_members = r"\(known: rules, environment, llm_judge, cloud_probe\)"

@@ -50,7 +50,6 @@ from rollout.registry import Registry
 
 EDGE_BACKENDS: Registry[Factory] = Registry("backend", "far.edge_backends", {
     "oracle": "rollout.models.oracle:build_edge",
-    "simulated": "rollout.models.oracle:build_edge",  # the oracle's old name
     "smollm2": "rollout.models.lm_backends:build_smollm2_edge",
     "lm": "rollout.models.lm_backends:build_lm_edge",
     "embedding": "rollout.models.embedding_edge:build_edge",
@@ -58,7 +57,6 @@ EDGE_BACKENDS: Registry[Factory] = Registry("backend", "far.edge_backends", {
 })
 CLOUD_BACKENDS: Registry[Factory] = Registry("backend", "far.cloud_backends", {
     "oracle": "rollout.models.oracle:build_cloud",
-    "simulated": "rollout.models.oracle:build_cloud",  # the oracle's old name
     "reviewer": "rollout.models.reviewer:build_cloud",
     "finetuned": "rollout.models.finetuned:build_cloud",
     "calibrated": "rollout.models.calibrated:build_cloud",
@@ -67,7 +65,6 @@ CLOUD_BACKENDS: Registry[Factory] = Registry("backend", "far.cloud_backends", {
 USER_BACKENDS: Registry[Factory] = Registry("backend", "far.user_backends", {
     "approves": "rollout.models.users:build_user",
     "oracle": "rollout.models.oracle:build_user",
-    "simulated": "rollout.models.oracle:build_user",  # the oracle's old name
 })
 
 SCOPE_BACKENDS: Registry[Factory] = Registry("backend", "far.scope_backends", {
@@ -76,8 +73,8 @@ SCOPE_BACKENDS: Registry[Factory] = Registry("backend", "far.scope_backends", {
 
 # backends that fit nothing on data (every other one, plugins included, is assumed to fit on its train split:
 # evaluation-only data is then kept from it, ``search.config.check_fit_data``)
-UNFITTED_BACKENDS = {"edge": frozenset({"oracle", "simulated", "calibrated"}),  # edge lm/smollm2 fit Platt scaling
-                     "cloud": frozenset({"oracle", "simulated", "calibrated", *CLOUD_LM_DEFAULTS}),
+UNFITTED_BACKENDS = {"edge": frozenset({"oracle", "calibrated"}),  # edge lm/smollm2 fit Platt scaling
+                     "cloud": frozenset({"oracle", "calibrated", *CLOUD_LM_DEFAULTS}),
                      "scope": frozenset()}
 
 

@@ -2,8 +2,7 @@
 
 They are an upper bound and a fast test double, not evidence: a search over them learns to send everything to
 the label-reading cloud. Every model here has ``oracle = True``, and every table, summary and report figure
-produced with one is marked ORACLE (with the roles that read labels). Backend name ``oracle``; ``simulated``
-is its old name and still accepted.
+produced with one is marked ORACLE (with the roles that read labels). Backend name ``oracle``.
 
 Noise model (all draws are keyed by (seed, model, scenario id), so outputs are reproducible and do not
 depend on batch composition or process):
@@ -176,5 +175,3 @@ def build_user(options: dict[str, Any], where: str, context: BuildContext) -> Or
 
 
 # the old names, for code written before the oracle models said what they are
-SimulatedEdge, SimulatedCloud, SimulatedUser = OracleEdge, OracleCloud, OracleUser
-SimulatedEdgeConfig, SimulatedCloudConfig, SimulatedUserConfig = OracleEdgeConfig, OracleCloudConfig, OracleUserConfig
