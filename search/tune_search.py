@@ -76,7 +76,7 @@ class RescueLostTrials(Searcher):
 
     Why not Tune's retries alone (``trial_retries``): Ray Tune 2.60 ends a trial in error, whatever its
     ``max_failures``, when the node of the cached actor it is being reset onto (``reuse_actors``) dies -- the
-    reset task's failure arrives while the trial is PENDING again (issue 38: 9 of 10 trials under load).
+    reset task's failure arrives while the trial is PENDING again (most trials, under load).
     Not reusing actors would start a worker process per trial, ~1 s each against Tune's 0.065 s overhead."""
 
     def __init__(self, searcher: Searcher, evaluate: Any) -> None:

@@ -104,7 +104,7 @@ class ServeConfig(BaseModel):
                         "the job database")
     jobs: JobsConfig = JobsConfig()
     topology: Literal["deployments", "ingress"] = Field(
-        "ingress", description="ingress (the default: the fastest measured, BENCHMARKS.md): the ensemble runs "
+        "ingress", description="ingress (the default: one hop fewer per request): the ensemble runs "
         "inside the ingress replicas; deployments: one Serve deployment per verifier and one composing them "
         "(members scale on their own, e.g. an LLM judge on its own replicas)")
 

@@ -25,7 +25,7 @@ class EmbeddingEdgeConfig(BaseModel):
     encoder_options: dict[str, Any] = Field(default_factory=dict)
     l2: float = Field(1.0, gt=0.0)
     cost: float = Field(0.005, ge=0.0)
-    latency_ms: float = Field(35.0, ge=0.0)  # ~29 texts/s uncached on one CPU thread (BENCHMARKS.md, issue 14)
+    latency_ms: float = Field(35.0, ge=0.0)  # ~29 texts/s uncached on one fp32 CPU thread
 
 
 class EmbeddingRiskEdge(ProbeBacked):

@@ -48,10 +48,10 @@ class CacheConfig(BaseModel):
 
 
 # Broad licensed data that the text guards (the edge's ``embedding``, the cloud's ``reviewer`` and ``finetuned``)
-# also fit on unless a config says ``shipped: false`` (issue 37: harm beyond any one suite; see
-# ``rollout.suites.broad_requests``).
-# Chosen on train splits: added to a suite's own train split it changes out-of-fold AUROC by -0.02 to +0.03, while
-# adding the built-in suite to another suite's lowered it everywhere (BENCHMARKS.md, "Guards that travel").
+# also fit on unless a config says ``shipped: false``: harm beyond any one suite, and benign look-alikes beside
+# their harmful twins (``rollout.suites.broad_requests``). It trades some in-suite AUROC for telling harm from its
+# twin on sources never fitted on; the built-in suite is not added to others, as it lowers their AUROC
+# (BENCHMARKS.md, "Guards that travel").
 SHIPPED_FIT_SUITES: tuple[dict[str, Any], ...] = ({"name": "broad_requests"},)
 SHIPPED_FIT_BACKENDS = {"edge": frozenset({"embedding"}), "cloud": frozenset({"reviewer", "finetuned"})}
 
