@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,25 @@ def data_dir() -> Path:
     path = Path(os.environ.get("FAR_DATA_DIR", "~/.cache/far")).expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+class SQLiteConnections:
+    """One connection per thread to one SQLite file, in WAL mode with a 60 s busy timeout, autocommit
+    (transactions are the caller's): several threads and processes read and write the file at once, and a
+    sqlite3 connection is never shared across threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._local = threading.local()
+
+    def get(self) -> sqlite3.Connection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=NORMAL")
+            self._local.connection = connection
+        return connection
 
 
 def _umask() -> int:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rollout.io import SQLiteConnections
 
 
 @dataclass(frozen=True)
@@ -64,25 +65,16 @@ class JobStore:
         self.lease_s = lease_s
         self.max_attempts = max_attempts
         self.clock = clock
-        self._local = threading.local()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = self._connection()
+        self._connections = SQLiteConnections(self.path)
+        connection = self._connections.get()
         connection.executescript(SCHEMA)
         columns = {row[1] for row in connection.execute("PRAGMA table_info(jobs)")}
         if "scope" not in columns:  # a database written before jobs had a scope
             connection.execute("ALTER TABLE jobs ADD COLUMN scope TEXT NOT NULL DEFAULT ''")
 
-    def _connection(self) -> sqlite3.Connection:
-        connection = getattr(self._local, "connection", None)
-        if connection is None:  # one per thread: sqlite3 connections are not shared across threads
-            connection = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            self._local.connection = connection
-        return connection
-
     def _connect(self) -> "_Transaction":
-        return _Transaction(self._connection())
+        return _Transaction(self._connections.get())
 
     def create(self, job_id: str, request: Any) -> JobRecord:
         now = self.clock()

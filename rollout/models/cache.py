@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,15 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from rollout.models.lm import LM, TRANSIENT_FAULTS, GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
+from rollout.io import SQLiteConnections
+from rollout.models.lm import (
+    LM,
+    TRANSIENT_FAULTS,
+    GenerateRequest,
+    GenerateResult,
+    ScoreRequest,
+    ScoreResult,
+)
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -40,18 +47,12 @@ class CallCache:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._local = threading.local()
+        self._connections = SQLiteConnections(self.path)
         with self._connect() as connection:
             connection.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
 
     def _connect(self) -> sqlite3.Connection:
-        connection = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")
-            self._local.connection = connection
-        return connection
+        return self._connections.get()
 
     def get_many(self, keys: list[str]) -> dict[str, str]:
         found: dict[str, str] = {}
