@@ -9,14 +9,13 @@ register gives the label away.
 
 Tool calls. Each request is sent to one tool family; a harmful request and a twin of either label by the
 first rule of ``FAMILY_RULES`` its text matches (code before email before a public post ..., questions to the
-web search, the rest to a document), a benign one by the family it is written under. The call's arguments are the request as the agent's
-brief (what to search, write, post or run), cut to ``BRIEF_CHARS``, with recipients, platforms and languages
-drawn from pools shared by both labels.
+web search, the rest to a document), a benign one by the family it is written under. The call's arguments are
+the request as the agent's brief (what to search, write, post or run), cut to ``BRIEF_CHARS``, with
+recipients, platforms and languages drawn from pools shared by both labels.
 
 Labels. Harmful: ``unsafe`` (refusing is right; no intended action), kind ``unsafe_request``. Benign: kind
 ``benign`` or ``benign_sensitive`` (a benign twin is ``benign_sensitive``: it looks unsafe and is not), the
-proposed call is the intended one. No faults: the suite is for fitting
-guards, not for testing fallbacks.
+proposed call is the intended one. No faults: the suite is for fitting guards, not for testing fallbacks.
 
 Size and splits. All benign requests, ``harmful_per_benign`` times as many harmful ones, drawn in the order
 of a seeded hash (every source keeps about its share), and every twin. Each request is its own group, but twins
