@@ -287,6 +287,38 @@ def proposer_engine(config: Any, explicit: bool) -> tuple[Any, bool]:
     return EngineSpec(engine=llm.engine, model=llm.model, options=llm.engine_options), llm.actor
 
 
+def run_trials(loaded: LoadedSearchConfig, evaluator: Any, host: Any, resume: bool,
+               tune_progress: bool) -> tuple[Any, Any, list[str]]:
+    """The search stage: the trials on Ray Tune, over rollout actors (or the columnar engine's own processes),
+    the actors stopped however it ends. (Tune's run, the LLM proposer or None, the nodes the actors ran on.)"""
+    from cluster.rollout_pool import RolloutPool
+    from rollout.models.backends import open_cache
+    from rollout.models.cache import CachedLM
+    from rollout.scenario import SPLITS
+    from search.tune_search import run_tune
+
+    config, settings = loaded.config, loaded.config.search
+    if config.engine == "columnar":  # trials evaluate column-wise in their own processes: no rollout actors
+        pool: Any = evaluator.columnar()
+    else:
+        calls = {split: evaluator.prepared(split) for split in SPLITS}
+        pool = RolloutPool(calls, evaluator.verifier, config.costs, config.engine, settings.actors,
+                           settings.chunk_size)
+    try:
+        proposer = None
+        if settings.method == "llm":
+            spec, actor = proposer_engine(config, "llm" in (loaded.raw.get("search") or {}))
+            proposer = host.lm(spec, actor)
+            cache = open_cache(config.models.cache)
+            if cache is not None:
+                proposer = CachedLM(proposer, cache)
+        run = run_tune(loaded, pool, evaluator.models.simulated, resume=resume, proposer_lm=proposer,
+                       verbose=1 if tune_progress else 0)
+        return run, proposer, pool.nodes() if isinstance(pool, RolloutPool) else []
+    finally:
+        pool.shutdown()
+
+
 def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | None = None,
                resume: bool = False, address: str | None = None, tune_progress: bool = False,
                progress: Progress | None = None) -> SearchResult:
@@ -306,18 +338,14 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     check_fit_data(config.models, loaded.source, suite, fit_on, "search")
 
     from cluster.hosting import RayHost, ensure_ray
-    from cluster.rollout_pool import RolloutPool
     from rollout.io import write_json_atomic, write_parquet_atomic, write_text_atomic
-    from rollout.models.backends import open_cache
     from rollout.models.cache import CachedLM
-    from rollout.scenario import SPLITS
     from rollout.suites import split_manifest
     from search.html_report import render
     from search.leaderboard import advice, build_leaderboard, front_rows
     from search.policy_file import policy_file
     from search.rank import RANKING_WORDS, Constraints
     from search.report import attribution_table, effects_table, front_table, pct, results_table
-    from search.tune_search import run_tune
 
     ensure_ray(address)
     if remote:
@@ -334,21 +362,7 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
                  f"grid points; suite {suite.name} (train {len(suite.scenarios('train'))}, holdout "
                  f"{len(suite.scenarios('holdout'))}); "
                  + ("columnar engine" if config.engine == "columnar" else f"{settings.actors} rollout actors"))
-    if config.engine == "columnar":  # trials evaluate column-wise in their own processes: no rollout actors
-        pool: Any = evaluator.columnar()
-    else:
-        calls = {split: evaluator.prepared(split) for split in SPLITS}
-        pool = RolloutPool(calls, evaluator.verifier, config.costs, config.engine, settings.actors,
-                           settings.chunk_size)
-    proposer = None
-    if settings.method == "llm":
-        spec, actor = proposer_engine(config, "llm" in (loaded.raw.get("search") or {}))
-        proposer = host.lm(spec, actor)
-        cache = open_cache(config.models.cache)
-        if cache is not None:
-            proposer = CachedLM(proposer, cache)
-    run = run_tune(loaded, pool, models.simulated, resume=resume, proposer_lm=proposer,
-                   verbose=1 if tune_progress else 0)
+    run, proposer, actor_nodes = run_trials(loaded, evaluator, host, resume, tune_progress)
     if not run.trials:
         raise FarInputError("no trial finished: see the Tune log above", field="search")
     if run.failed and progress is not None:
@@ -443,7 +457,7 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     import ray
 
     placement = {"cluster_nodes": sum(node["Alive"] for node in ray.nodes()),
-                 "rollout_actor_nodes": pool.nodes() if isinstance(pool, RolloutPool) else [],
+                 "rollout_actor_nodes": actor_nodes,
                  "trial_nodes": sorted({t.metrics.get("node", "") for t in run.trials})}
     write_json_atomic(out / "run_stats.json", {"seconds": round(time.perf_counter() - started, 3),
                                                "tune_seconds": round(run.seconds, 3), "model_calls": calls_stats,
@@ -455,7 +469,6 @@ def run_search(config: str | Path | LoadedSearchConfig, *, output: str | Path | 
     lines += [f"\nModel calls: {calls_stats['calls_made']} made, {calls_stats['hits']} answered from the cache",
               f"Results: {out}/ (policy.json: the winner for a runtime guard, far.Guard.load; summary.json, "
               "trials.parquet, rollouts.parquet, policy_results.parquet, report.html, run_stats.json, tune/)"]
-    pool.shutdown()
     return SearchResult(out, winner, board.deployable, winner_gate, winner_train, winner_holdout, leaderboard,
                         list(run.trials), summary, "\n".join(lines), [] if board.deployable else no_deploy)
 
