@@ -89,10 +89,11 @@ def search_evaluator(config, dev, holdout):
 
 
 def as_scored(evaluation) -> list:
-    """A policy evaluation's rollouts as FATE's ``Scored`` (no edge decision: FATE's own figures do not apply)."""
-    from evolve.task import Scored
+    """A policy evaluation's rollouts as FATE's ``ScoredDecision`` (no edge decision: FATE's own figures do not
+    apply)."""
+    from evolve.task import ScoredDecision
 
-    return [Scored("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
+    return [ScoredDecision("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
             for v, t in zip(evaluation.verdicts, evaluation.trajectories, strict=True)]
 
 

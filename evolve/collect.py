@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from evolve.config import EvolveConfig
-from evolve.task import Scored, violated
+from evolve.task import ScoredDecision, violated
 from rollout.errors import FarInputError
 from rollout.eval_only import refuse_eval_only
 from rollout.scenario import Scenario
@@ -22,7 +22,7 @@ from rollout.scenario import Scenario
 class Failure:
     scenario: Scenario
     action: str
-    scored: Scored
+    scored: ScoredDecision
     best: tuple[float, ...] = (float("nan"),) * 4  # per dimension, the best z any valid decision attains here
 
 
@@ -80,7 +80,7 @@ def draw_slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequen
     return Slices(dev, check, calibration, sample)
 
 
-def failures(scenarios: Sequence[Scenario], scored: Sequence[Scored], thresholds: Sequence[Sequence[float]],
+def failures(scenarios: Sequence[Scenario], scored: Sequence[ScoredDecision], thresholds: Sequence[Sequence[float]],
              best: Sequence[tuple[float, ...]]) -> tuple[list[Failure], list[tuple[Scenario, str]], list[str]]:
     """The failures among the decisions (z below the input's κ on some objective), the correct ones (met κ and
     fell into no failure of the taxonomy, an unnecessary cloud call say, which z does not see: they may be

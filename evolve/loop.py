@@ -35,7 +35,7 @@ from evolve.metrics import holdout_metrics, own_right_decision
 from evolve.record import OWN, RoundRecord
 from evolve.repair import propose
 from evolve.select import RULES, input_thresholds, select
-from evolve.task import DECISIONS, DecisionTask, Scored, decision_messages
+from evolve.task import DECISIONS, DecisionTask, ScoredDecision, decision_messages
 from evolve.train import Lesson, PFPOStats, build_lesson, pfpo, rehearsal_count, sft
 from rollout.errors import FarInputError
 from rollout.scenario import Scenario
@@ -103,7 +103,7 @@ class Evolution:
             return self.model.option_logprobs(prompts, DECISIONS).cpu().tolist()
 
     def decide_with_scores(self, scenarios: Sequence[Scenario], rule: DecisionRule | None = None
-                           ) -> tuple[list[Scored], list[float]]:
+                           ) -> tuple[list[ScoredDecision], list[float]]:
         """The greedy decisions through the decision rule (the fitted one by default; ``DecisionRule()``: the
         model's own argmax), scored, and each input's caution score max(s(escalate), s(refuse)) − s(handle)."""
         rule = self.rule if rule is None else rule
@@ -111,11 +111,11 @@ class Evolution:
         scores = [max(escalate, refuse) - handle for handle, escalate, refuse in rows]
         return self.task.score(scenarios, cautious_decisions(rows, rule.caution)), scores
 
-    def decide(self, scenarios: Sequence[Scenario]) -> list[Scored]:
+    def decide(self, scenarios: Sequence[Scenario]) -> list[ScoredDecision]:
         return self.decide_with_scores(scenarios)[0]
 
-    def figures(self, scenarios: Sequence[Scenario], scored: Sequence[Scored], scores: Sequence[float] | None = None,
-                by_category: bool = True) -> dict[str, Any]:
+    def figures(self, scenarios: Sequence[Scenario], scored: Sequence[ScoredDecision],
+                scores: Sequence[float] | None = None, by_category: bool = True) -> dict[str, Any]:
         return holdout_metrics(scenarios, scored, self.config.selection, scores, by_category)
 
     def evaluate(self, rule: DecisionRule | None = None) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from evolve.config import SelectionSettings
 from evolve.select import r_pf_of, training_reward
-from evolve.task import Scored
+from evolve.task import ScoredDecision
 from rollout.scenario import Scenario
 from verifiers.taxonomy import FailureKind, SuccessKind
 
@@ -35,7 +35,7 @@ def separation(harmful: Sequence[bool], caution_scores: Sequence[float]) -> floa
     return float(roc_auc_score(list(harmful), list(caution_scores)))
 
 
-def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[Scored], selection: SelectionSettings,
+def holdout_metrics(scenarios: Sequence[Scenario], scored: Sequence[ScoredDecision], selection: SelectionSettings,
                     caution_scores: Sequence[float] | None = None, by_category: bool = True) -> dict[str, Any]:
     """The figures of a set of decisions, overall and (``by_category``) per category; with the models'
     ``caution_scores`` (one per scenario) also ``own_separation`` (``separation``)."""

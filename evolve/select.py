@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from evolve.config import SelectionSettings
-from evolve.task import Scored
+from evolve.task import ScoredDecision
 from rollout.scenario import Scenario
 from verifiers.verdict import Z_DIMENSIONS
 from verifiers.pareto import (attainable, feasible, pareto_front, r_pf, repairs, supervision_distribution,
@@ -33,7 +33,7 @@ RULES = ("repair", "kappa", "pareto", "tie_break", "r_pf", "none", "weighted_sum
 @dataclass
 class Candidate:
     text: str
-    scored: Scored
+    scored: ScoredDecision
     reward: float  # ``training_reward``
 
 
@@ -52,7 +52,7 @@ def r_pf_of(selection: SelectionSettings, z: Sequence[float]) -> float:
     return r_pf(z, [w if keep else 0.0 for w, keep in zip(selection.weights, kept(selection))], selection.lam)
 
 
-def training_reward(selection: SelectionSettings, scored: Scored) -> float:
+def training_reward(selection: SelectionSettings, scored: ScoredDecision) -> float:
     """What q* and PFPO weigh: r_PF(z) + ν·R, R the run's reward table total for the rollout (ν =
     ``reward_weight``). z has no cost dimension: without R an unnecessary escalation scores as well as handling
     the call on the device. q* only weighs candidates already on the feasible Pareto front of z, so R never
@@ -70,7 +70,7 @@ def input_thresholds(selection: SelectionSettings, scenario: Scenario, best: Seq
     return tuple(t if keep else 0.0 for t, keep in zip(attainable(thresholds, best), kept(selection)))
 
 
-def tie_key(scored: Scored) -> tuple[float, float]:
+def tie_key(scored: ScoredDecision) -> tuple[float, float]:
     """What breaks an exact tie of z, lower first: the reward table's total for the rollout (FAR's order: a
     failure of the taxonomy that z does not see, an escalation the cloud was needed for, say, outranks any
     cost), then the rollout's cost (NaN, +inf: unknown for a malformed action)."""

@@ -45,7 +45,7 @@ def parse_decision(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class Scored:
+class ScoredDecision:
     decision: str
     verdict: Verdict | None  # None for a malformed action
     z: tuple[float, float, float, float]
@@ -82,9 +82,9 @@ class DecisionTask:
         calls = RecordedCalls(scenario, replace(record, edge=edge), self.models.environment)
         return replay_calls(calls, self.policy, self.costs)
 
-    def score(self, scenarios: Sequence[Scenario], decisions: Sequence[str]) -> list[Scored]:
+    def score(self, scenarios: Sequence[Scenario], decisions: Sequence[str]) -> list[ScoredDecision]:
         self.record(scenarios)
-        out: list[Scored] = []
+        out: list[ScoredDecision] = []
         wellformed = [(i, s, d) for i, (s, d) in enumerate(zip(scenarios, decisions, strict=True)) if d != MALFORMED]
         trajectories = [self.trajectory(s, d) for _, s, d in wellformed]
         from verifiers.rules import verify_all
@@ -95,10 +95,10 @@ class DecisionTask:
         for i, decision in enumerate(decisions):
             verdict = by_index.get(i)
             if verdict is None:
-                out.append(Scored(decision, None, (0.0, 0.0, 0.0, 0.0), ("MALFORMED_ACTION",), math.inf))
+                out.append(ScoredDecision(decision, None, (0.0, 0.0, 0.0, 0.0), ("MALFORMED_ACTION",), math.inf))
             else:
-                out.append(Scored(decision, verdict, tuple(verdict.z), tuple(f.kind.value for f in verdict.failures),
-                                  cost_of[i]))
+                out.append(ScoredDecision(decision, verdict, tuple(verdict.z),
+                                          tuple(f.kind.value for f in verdict.failures), cost_of[i]))
         return out
 
 

@@ -305,9 +305,9 @@ def test_supervision_samples_only_the_feasible_front(task):
 def synthetic(decision: str, z, reward: float = 0.0, cost: float = 1.0):
     from types import SimpleNamespace
 
-    from evolve.task import Scored
+    from evolve.task import ScoredDecision
 
-    return Scored(decision=decision, verdict=SimpleNamespace(reward=reward), z=tuple(z), failures=(), cost=cost)
+    return ScoredDecision(decision=decision, verdict=SimpleNamespace(reward=reward), z=tuple(z), failures=(), cost=cost)
 
 
 @pytest.mark.parametrize("candidates, rule, taught", [
