@@ -160,25 +160,36 @@ def leave_one_source_out(role: str, data: dict) -> list[dict]:
     return rows
 
 
-def twins_on_unseen_lookalikes(role: str, data: dict) -> list[dict]:
-    """What the twins teach about look-alikes from another source: the guard fitted on the built-in suite and
-    broad_requests without FAR's own benign requests, with and without XSTest's twins, scored on FAR's benign
-    requests (56 of them look-alikes) against broad_requests' harmful holdout requests from the public sets."""
-    from rollout.scenario import model_input
+def twins_on_unseen_lookalikes(role: str, data: dict, folds: int = 2) -> list[dict]:
+    """What the twins teach about look-alikes from another source, on train only: the guard fitted on the built-in
+    suite's train split and broad_requests' without FAR's own benign requests, with and without XSTest's twins,
+    scored on FAR's benign train requests (38 of them look-alikes) against the public sets' harmful train
+    requests, those out of fold (two folds by a hash of the id: each fold's are left out of its fit)."""
+    import hashlib
+
     from rollout.suites.broad_requests import source_of
 
-    broad = data[BROAD]
+    train = data[BROAD]["train"]
     label = type(model(role)).label
-    negatives = [s for split in ("train", "holdout") for s in broad[split] if source_of(s) == "benign"]
-    positives = [s for s in broad["holdout"] if s.ground_truth.unsafe and source_of(s) != "xstest"]
-    scored = positives + negatives
-    labels = np.array([label(s) for s in scored])
+    negatives = [s for s in train if source_of(s) == "benign"]
+    positives = [s for s in train if s.ground_truth.unsafe and source_of(s) not in ("xstest", "benign")]
+    fold_of = {s.id: hashlib.sha256(s.id.encode()).digest()[0] % folds for s in positives}
+    labels = np.array([label(s) for s in positives + negatives])
     rows = []
     for twins in (False, True):
-        rest = [s for s in broad["train"] if source_of(s) != "benign" and (twins or source_of(s) != "xstest")]
-        guard = fitted(role, [data["edge_cloud"]["train"], rest], {model_input(s) for s in positives})
-        rows.append({"role": role, "twins_in_fit": twins, "harmful": int(labels.sum()), "benign": len(negatives),
-                     **roc(labels, scores(guard, role, scored), lookalikes(scored))})
+        positive_scores = np.zeros(len(positives))
+        negative_scores = np.zeros(len(negatives))
+        for fold in range(folds):
+            held = [i for i, s in enumerate(positives) if fold_of[s.id] == fold]
+            held_ids = {positives[i].id for i in held}
+            rest = [s for s in train if source_of(s) != "benign" and s.id not in held_ids
+                    and (twins or source_of(s) != "xstest")]
+            guard = fitted(role, [data["edge_cloud"]["train"], rest], set())
+            positive_scores[held] = scores(guard, role, [positives[i] for i in held])
+            negative_scores += scores(guard, role, negatives) / folds
+        scored = positives + negatives
+        rows.append({"role": role, "twins_in_fit": twins, "harmful": len(positives), "benign": len(negatives),
+                     **roc(labels, np.concatenate([positive_scores, negative_scores]), lookalikes(scored))})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
