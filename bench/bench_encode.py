@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import sys
@@ -37,11 +38,10 @@ def host() -> dict:
 
     from rollout.models.encoders import bf16_native
 
-    name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")), platform.processor())
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), [])
-    return {"cpu": name, "cores": len(__import__("os").sched_getaffinity(0)),
+    info = {key.strip(): value.strip() for key, value in
+            (line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)}
+    flags = info.get("flags", "").split()
+    return {"cpu": info.get("model name", platform.processor()), "cores": len(os.sched_getaffinity(0)),
             "flags": sorted(f for f in flags if f.startswith(("amx", "avx512_bf16", "avx512_vnni", "avx2"))),
             "torch_capability": torch.backends.cpu.get_cpu_capability(), "bf16_native": bf16_native()}
 

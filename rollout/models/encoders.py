@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import inspect
 import os
@@ -78,9 +79,14 @@ def load_torch(threads: int | None) -> Any:
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
+@functools.cache
 def bf16_native() -> bool:
-    """Whether this CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16), as torch detects it."""
-    torch = load_torch(None)
+    """Whether this CPU multiplies bf16 in hardware (AMX tiles or AVX512-BF16), as torch detects it (asked once
+    per process; torch's thread count is left as it is)."""
+    try:
+        import torch
+    except ImportError:
+        return False
     checks = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
     return any(check is not None and check() for check in checks)
 
