@@ -50,7 +50,7 @@ def run_search(config: Path, budget: int, out: Path) -> dict:
 
 
 def metrics(rows: list[dict]) -> dict:
-    """Per suite: benign utility, utility under attack, ASR, over-refusal (from ``search.results.breakdown``)."""
+    """Per suite: benign utility, utility under attack, ASR, over-refusal (from ``far.search.evaluation.results.breakdown``)."""
     by_suite: dict[str, dict] = {}
     for row in rows:
         suite = by_suite.setdefault(row["category"], {})
@@ -81,11 +81,11 @@ def pooled(rows: list[dict]) -> dict:
 
 
 def guard_quality(config: Path, policy: dict) -> dict:
-    from rollout.policy import Policy
-    from rollout.suites import build_suite
-    from search.config import load_search_config
-    from search.pipeline import build_evaluator
-    from search.results import breakdown
+    from far.rollout.policy import Policy
+    from far.search.evaluation.results import breakdown
+    from far.search.jobs.config import load_search_config
+    from far.search.jobs.pipeline import build_evaluator
+    from far.suites import build_suite
 
     loaded = load_search_config(config)
     suite = build_suite(loaded.config.suite, loaded.base_dir)
@@ -116,12 +116,12 @@ def guard_quality(config: Path, policy: dict) -> dict:
 
 def throughput(config: Path, per_suite: int) -> dict:
     """Pipeline runs/s and environment-load share on fresh tries; trie replays/s on known paths."""
-    import rollout.suites.agentdojo.suite as ads
-    from rollout.models.backends import build_models
-    from rollout.policy import Policy
-    from rollout.suites import build_suite
-    from rollout.suites.agentdojo.agent import Episode
-    from search.config import load_search_config
+    import far.suites.agentdojo.suite as ads
+    from far.models.backends import build_models
+    from far.rollout.policy import Policy
+    from far.search.jobs.config import load_search_config
+    from far.suites import build_suite
+    from far.suites.agentdojo.agent import Episode
 
     loaded = load_search_config(config)
     suite = build_suite(loaded.config.suite, loaded.base_dir)

@@ -9,7 +9,7 @@ every injection it reads. Stages:
 
 1. train: a grid of thresholds x the argument-level rules on a train slice (every benign episode and the
    injected ones of ``--train-attacks``: each new path an episode takes costs model calls, so the choice is
-   made on one attack), ranked by ``search.rank`` under the limits of the shipped
+   made on one attack), ranked by ``far.search.ranking.rank`` under the limits of the shipped
    ``configs/agentdojo_search.yaml`` gate (cost, over-refusal, benign success): the winner, and the plain
    baselines a reviewer asks for (the best with every rule off; the old one-bit rules alone).
 2. holdout, once: per suite and attack, ASR (exact 95%), utility under attack, the share of episodes where the
@@ -54,7 +54,7 @@ def grid() -> list:
     reviewed; every call with effects reviewed) x the rules (the old one-bit rules and the per-argument ones),
     no confirmation of sensitive calls (the approving user makes it an allow at a price), retries 1, safe
     shutdown."""
-    from rollout.policy import Policy
+    from far.rollout.policy import Policy
 
     thresholds = [{"cloud_threshold": 1.0}, {"cloud_threshold": 0.5, "cloud_threshold_read_only": 1.0},
                   {"cloud_threshold": 0.0, "cloud_threshold_read_only": 1.0}]
@@ -89,9 +89,9 @@ class Slice:
         self.scenarios = [scenarios[i] for i in self.indices]
 
     def evaluate(self, name: str, policy):
-        from search.evaluate import SplitEvaluation, replay_all
-        from search.results import aggregate
-        from verifiers.rules import verify_all
+        from far.search.evaluation.evaluate import SplitEvaluation, replay_all
+        from far.search.evaluation.results import aggregate
+        from far.verifiers.rules import verify_all
 
         evaluator = self.evaluator
         prepared = evaluator.prepared(self.split)
@@ -116,7 +116,7 @@ def episode_rows(scenarios, evaluation) -> list[dict]:
 
 
 def rate(rows: list[dict], key: str) -> dict:
-    from search.gate import clopper_pearson_interval
+    from far.search.ranking.gate import clopper_pearson_interval
 
     n, k = len(rows), sum(r[key] for r in rows)
     return {"k": k, "n": n, "rate": k / n if n else None, "ci95": clopper_pearson_interval(k, n) if n else None}
@@ -144,7 +144,7 @@ def figures(rows: list[dict], apart: set[tuple[str, str]]) -> dict:
 def listed_apart(benign: Slice) -> dict:
     """Label-free lists of benign holdout episodes to report apart (stage 3), and how a policy that refuses
     every call fares on them (what the gate's usefulness limits see)."""
-    from rollout.policy import Policy
+    from far.rollout.policy import Policy
 
     refuse_all = Policy(cloud_threshold=1.0, edge_block_threshold=0.0)
     target_only = Policy(cloud_threshold=1.0, require_confirmation=False, untrusted_target_rule="block")
@@ -166,7 +166,7 @@ def listed_apart(benign: Slice) -> dict:
 def choose(train_slice: Slice, gate_config, max_policies: int | None = None) -> dict:
     """Stage 1: every grid policy on the train slice, ranked under the gate's limits; the winner and the
     baselines."""
-    from search.rank import Constraints, rank
+    from far.search.ranking.rank import Constraints, rank
 
     limits = Constraints.from_gate(gate_config)
     policies = grid()[::len(grid()) // max_policies if max_policies else 1]
@@ -190,7 +190,7 @@ def choose(train_slice: Slice, gate_config, max_policies: int | None = None) -> 
 
 
 def constraint_free(result, limits) -> bool:
-    from search.rank import is_feasible
+    from far.search.ranking.rank import is_feasible
 
     return is_feasible(result, limits)
 
@@ -202,14 +202,14 @@ def train_figures(result) -> dict:
 
 
 def main() -> None:
-    from rollout.io import write_json_atomic
-    from rollout.models.backends import ModelsConfig
-    from rollout.policy import Policy
-    from rollout.suites import build_suite
-    from search.config import load_search_config
-    from search.gate import gate
-    from search.pipeline import RunConfig, build_evaluator
-    from search.results import stopped_by
+    from far.models.backends import ModelsConfig
+    from far.rollout.io import write_json_atomic
+    from far.rollout.policy import Policy
+    from far.search.evaluation.results import stopped_by
+    from far.search.jobs.config import load_search_config
+    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.search.ranking.gate import gate
+    from far.suites import build_suite
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--suites", default=",".join(SUITES))

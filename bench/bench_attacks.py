@@ -13,7 +13,7 @@ says the attack succeeded; utility under attack = injected episodes whose user t
 The undefended policy (no review, no block) is measured too: the scripted agent follows every injection it
 reads, so its ASR is the attack's reach into these episodes, not a model's gullibility. The grid crosses the
 thresholds with the rules (``provenance_rule`` and ``scope_rule`` in ``RULES``; issue 36), and the searched
-policy's holdout rollouts say which parameter stopped or rerouted how many calls (``search.results.rule_effects``).
+policy's holdout rollouts say which parameter stopped or rerouted how many calls (``far.search.evaluation.results.rule_effects``).
 ASR comes with exact (Clopper-Pearson) 95% intervals, per (suite, attack) and pooled over the attacks; for each
 attack the undefended run let through, the parameter that stopped it under the guard is named (``stopped_by``).
 
@@ -32,9 +32,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+from far.search.evaluation.results import stopped_by  # noqa: E402
+from far.search.ranking.gate import clopper_pearson_interval as exact_interval  # noqa: E402
+
 from bench.bench_real import COST_LIMIT, REAL, policy_grid  # noqa: E402
-from search.gate import clopper_pearson_interval as exact_interval  # noqa: E402
-from search.results import stopped_by  # noqa: E402
 
 ATTACKS = ("important_instructions", "tool_knowledge", "ignore_previous", "direct")
 RULES = ("allow", "review", "block")
@@ -51,13 +52,13 @@ def pooled_asr(rows: list[dict]) -> dict:
 
 
 def run_split(split_by: str, suites: list[str], attacks: list[str], version: str, models: dict = REAL) -> dict:
-    from rollout.models.backends import ModelsConfig
-    from rollout.policy import Policy
-    from rollout.suites import build_suite
-    from search.pipeline import RunConfig, build_evaluator
-    from search.rank import Constraints, rank
-    from search.report import attack_rows, attack_table, effects_table
-    from search.results import breakdown, rule_effects
+    from far.models.backends import ModelsConfig
+    from far.rollout.policy import Policy
+    from far.search.evaluation.results import breakdown, rule_effects
+    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.search.ranking.rank import Constraints, rank
+    from far.search.reports.text import attack_rows, attack_table, effects_table
+    from far.suites import build_suite
 
     spec = {"name": "agentdojo", "suites": suites, "version": version, "attacks": attacks, "seed": 0,
             "holdout_fraction": 0.3, "split_by": split_by, "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02}
@@ -105,7 +106,7 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
 
 
 def main() -> None:
-    from rollout.io import write_json_atomic
+    from far.rollout.io import write_json_atomic
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--suites", default="banking,slack")

@@ -25,13 +25,13 @@ sys.path.insert(0, str(ROOT))
 
 
 def replay_vs_graph(n: int) -> dict:
-    from rollout.agent import build_graph, run_graph, run_live
-    from rollout.calls import RecordedCalls
-    from rollout.models.backends import ModelsConfig, build_models
-    from rollout.policy import Policy
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-    from search.evaluate import prepare_calls, replay_all
-    from verifiers.rules import RuleVerifier
+    from far.models.backends import ModelsConfig, build_models
+    from far.rollout.agent import build_graph, run_graph, run_live
+    from far.rollout.calls import RecordedCalls
+    from far.rollout.policy import Policy
+    from far.search.evaluation.evaluate import prepare_calls, replay_all
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.verifiers.rules import RuleVerifier
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=n, seed=1, holdout_fraction=0.5))
     scenarios = list(suite.scenarios("train")) + list(suite.scenarios("holdout"))
@@ -81,7 +81,7 @@ def replay_vs_graph(n: int) -> dict:
 
 
 def generation(n: int) -> dict:
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     started = time.perf_counter()
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=n, seed=2))
@@ -91,9 +91,9 @@ def generation(n: int) -> dict:
 
 def memory_child(n: int) -> None:
     """Run in a fresh process: generate, record and evaluate n scenarios by replay; print peak RSS."""
-    from rollout.policy import Policy
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-    from search.pipeline import RunConfig, build_evaluator
+    from far.rollout.policy import Policy
+    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=n, seed=3, holdout_fraction=0.5))
     evaluator = build_evaluator(RunConfig(), suite=suite)

@@ -3,7 +3,7 @@
     python bench/bench_encode.py [--texts 192] [--suites edge_cloud,agentdojo,broad_requests]
                                  [--out bench/out/encode.json]
 
-Host: the CPU model and whether torch finds AMX / AVX512-BF16 (``rollout.models.encoders.bf16_native``, what
+Host: the CPU model and whether torch finds AMX / AVX512-BF16 (``far.models.encoders.bf16_native``, what
 ``precision: auto`` follows), and the matmul rate torch reaches on both cores in fp32 and bf16 (square 1024).
 
 Speed: for each encoder (MiniLM for the edge, SmolLM2 layer 20 for the reviewer), uncached texts/s on a fixed
@@ -35,8 +35,7 @@ PRECISIONS = ("fp32", "bf16")
 
 def host() -> dict:
     import torch
-
-    from rollout.models.encoders import bf16_native
+    from far.models.encoders import bf16_native
 
     info = {key.strip(): value.strip() for key, value in
             (line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)}
@@ -62,8 +61,7 @@ def matmul_peak(dtype_name: str, size: int = 1024, seconds: float = 3.0) -> floa
 
 def speed(texts: list[str]) -> list[dict]:
     import numpy as np
-
-    from rollout.models.encoders import MiniLMEncoder, SmolLM2Encoder
+    from far.models.encoders import MiniLMEncoder, SmolLM2Encoder
 
     rows = []
     for name, kind in (("MiniLM (edge)", MiniLMEncoder), ("SmolLM2 layer 20 (reviewer)", SmolLM2Encoder)):
@@ -87,8 +85,7 @@ def speed(texts: list[str]) -> list[dict]:
 def figures(names: list[str]) -> list[dict]:
     """Holdout AUROC / TPR at 5% FPR of the shipped fit, per suite, guard and precision, and the change."""
     import numpy as np
-
-    from rollout.scenario import model_input
+    from far.rollout.scenario import model_input
 
     data = load(names)
     rows = []
@@ -115,10 +112,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "encode.json")
     args = parser.parse_args()
 
-    from rollout.io import write_json_atomic
-    from rollout.models.encoders import load_torch
-    from rollout.models.probe import probe_text
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.models.encoders import load_torch
+    from far.models.probe import probe_text
+    from far.rollout.io import write_json_atomic
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     started = time.time()
     load_torch(None)

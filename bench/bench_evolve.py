@@ -79,8 +79,8 @@ class FixedSuite:
 def search_evaluator(config, dev, holdout):
     """An evaluator of policies on FATE's ``dev`` ("train") and ``holdout`` scenarios, with ``config``'s cloud, user,
     verifier and costs and the base SmolLM2 as a calibrated risk edge (``backend: smollm2``)."""
-    from rollout.models.backends import build_models
-    from search.pipeline import RunConfig, build_evaluator
+    from far.models.backends import build_models
+    from far.search.jobs.pipeline import RunConfig, build_evaluator
 
     models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
                                                          "edge": {"backend": "smollm2"}})
@@ -91,7 +91,7 @@ def search_evaluator(config, dev, holdout):
 def as_scored(evaluation) -> list:
     """A policy evaluation's rollouts as FATE's ``ScoredDecision`` (no edge decision: FATE's own figures do not
     apply)."""
-    from evolve.task import ScoredDecision
+    from far.evolve.task import ScoredDecision
 
     return [ScoredDecision("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
             for v, t in zip(evaluation.verdicts, evaluation.trajectories, strict=True)]
@@ -99,9 +99,9 @@ def as_scored(evaluation) -> list:
 
 def evolutionary_winner(evaluator, space, seed: int, budget: int):
     """FAR's evolutionary policy search (population 8), ``budget`` policy evaluations on the "train" scenarios;
-    its winner (``search.rank``: fewest critical failures, then reward, then cost) and the evaluations made."""
-    from search.evolution import EvolutionarySearcher
-    from search.rank import rank
+    its winner (``far.search.ranking.rank``: fewest critical failures, then reward, then cost) and the evaluations made."""
+    from far.search.ranking.rank import rank
+    from far.search.searchers.evolutionary import EvolutionarySearcher
 
     searcher = EvolutionarySearcher(space, population=8, seed=seed)
     results = []
@@ -119,16 +119,15 @@ def evolutionary_winner(evaluator, space, seed: int, budget: int):
 def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = "") -> dict:
     """No weight update: the base SmolLM2 as a calibrated risk edge (``search_evaluator``), and ``budget``
     policy evaluations on the dev scenarios by FAR's evolutionary search and by Optuna's NSGA-II; each
-    winner (``search.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
+    winner (``far.search.ranking.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
 
     import optuna
-
-    from evolve.collect import draw_slices
-    from evolve.config import load_evolve_config
-    from evolve.metrics import holdout_metrics
-    from rollout.suites import build_suite
-    from search.rank import rank
-    from search.space import load_space
+    from far.evolve.collect import draw_slices
+    from far.evolve.config import load_evolve_config
+    from far.evolve.metrics import holdout_metrics
+    from far.search.ranking.rank import rank
+    from far.search.searchers.space import load_space
+    from far.suites import build_suite
 
     config, base = load_evolve_config(write_config(ROOT / "bench" / "out" / f"evolve{tag}-baselines-seed{seed}.yaml",
                                                    seed, overrides))

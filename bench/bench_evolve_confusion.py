@@ -32,14 +32,13 @@ def main() -> None:
     args, finished, config, base = load_run(parser)
     run, summary, rounds = finished.folder, finished.summary, finished.rounds
     import torch
-
-    from evolve.decision_head import DecisionRule
-    from evolve.calibrate import cautious_decisions
-    from evolve.metrics import own_right_decision
-    from evolve.policy_model import PolicyModel
-    from evolve.task import DECISIONS, decision_messages
-    from rollout.io import write_json_atomic
-    from rollout.suites import build_suite
+    from far.evolve.calibrate import cautious_decisions
+    from far.evolve.decision_head import DecisionRule
+    from far.evolve.metrics import own_right_decision
+    from far.evolve.policy_model import PolicyModel
+    from far.evolve.task import DECISIONS, decision_messages
+    from far.rollout.io import write_json_atomic
+    from far.suites import build_suite
 
     suite = build_suite(config.suite, base)
     by_id = {s.id: s for split in ("train", "holdout") for s in suite.scenarios(split)}

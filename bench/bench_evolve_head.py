@@ -30,9 +30,9 @@ def main() -> None:
     add_run_arguments(parser)
     _, finished, config, base = load_run(parser)
     run, config_path, summary, rounds = finished.folder, finished.config, finished.summary, finished.rounds
-    from evolve.decision_head import DecisionRule
-    from evolve.loop import Evolution
-    from rollout.io import write_json_atomic
+    from far.evolve.decision_head import DecisionRule
+    from far.evolve.loop import Evolution
+    from far.rollout.io import write_json_atomic
 
     if not config.data.calibration_size:
         parser.error(f"--config: {config_path} has data.calibration_size 0: no slice to fit a rule on")

@@ -64,9 +64,9 @@ def compliant_base(folder: Path, examples: int, seed: int, suite: dict) -> dict:
     SFT'd towards "handle" on ``examples`` train scenarios of ``suite`` (the run's, overrides applied), the adapter
     merged, saved as a plain Hugging Face folder. Built in a side folder and renamed into place, so a folder with a
     config.json is a finished base. Train data only: the holdout is never seen."""
-    from evolve.policy_model import ModelSpec, PolicyModel
-    from evolve.task import decision_messages
-    from rollout.suites import build_suite
+    from far.evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.task import decision_messages
+    from far.suites import build_suite
 
     train = list(build_suite(suite, ROOT / "configs").scenarios("train"))
     chosen = random.Random(f"compliant-{seed}").sample(train, min(examples, len(train)))
@@ -99,7 +99,7 @@ def run_arm(out: Path, seed: int, rounds: int, overrides: list[str]) -> dict:
 def own_values(scenarios, decisions) -> dict[str, list[float]]:
     """Per input of each figure's subset: 1 where the model's own decision counts (right, for own-TSR; handled,
     for own-ASR and own-HCR)."""
-    from evolve.metrics import own_right_decision
+    from far.evolve.metrics import own_right_decision
 
     return {"own_tsr": [float(d == own_right_decision(s)) for s, d in zip(scenarios, decisions)],
             "own_asr": [float(d == "handle") for s, d in zip(scenarios, decisions) if FIGURES["own_asr"](s)],
@@ -109,12 +109,12 @@ def own_values(scenarios, decisions) -> dict[str, list[float]]:
 def judge_arms(config_path: Path, runs: dict[str, dict]) -> tuple[dict, dict]:
     """Every arm's own decisions on the holdout sample under each rule: {arm: {rule: [decision per input]}}, and
     the run facts (templates of the holdout inputs, seconds per arm)."""
-    from evolve.config import load_evolve_config
-    from evolve.decision_head import DecisionRule
-    from evolve.loop import Evolution
-    from evolve.metrics import own_right_decision
-    from evolve.task import decision_messages
-    from evolve.train import Fit
+    from far.evolve.config import load_evolve_config
+    from far.evolve.decision_head import DecisionRule
+    from far.evolve.loop import Evolution
+    from far.evolve.metrics import own_right_decision
+    from far.evolve.task import decision_messages
+    from far.evolve.train import Fit
 
     config, base = load_evolve_config(config_path)
     evolution = Evolution(config, base)
@@ -151,7 +151,7 @@ def judge_arms(config_path: Path, runs: dict[str, dict]) -> tuple[dict, dict]:
 def paired(rows: list[tuple[list, dict]], a: str, b: str, rule: str, figure: str, scale: float = 1.0) -> dict | None:
     """mean(A) − ``scale`` · mean(B) of one figure under one rule, over ``rows`` ((holdout scenarios, decided) per
     seed, pooled), with its template-clustered paired interval; None where no seed has both arms."""
-    from evolve.metrics import paired_cluster_bootstrap
+    from far.evolve.metrics import paired_cluster_bootstrap
 
     groups, left, right = [], [], []
     for scenarios, decided in rows:
@@ -203,7 +203,7 @@ def asr_cut(rows: list[tuple[list, dict]]) -> dict:
 def run_at(commit: str, argv: list[str], name: str, parser: argparse.ArgumentParser) -> None:
     """This bench as ``commit`` has it, from a worktree of that commit (kept under bench/out/, so its finished runs
     are kept too); the result file is carried in before and out after, stamped with the full commit."""
-    from rollout.io import write_json_atomic
+    from far.rollout.io import write_json_atomic
 
     found = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"], cwd=ROOT,
                            capture_output=True, text=True)
@@ -267,10 +267,9 @@ def main() -> None:
     if args.unsafe_base is not None and args.unsafe_base < 1:
         parser.error(f"--unsafe-base {args.unsafe_base}: at least one example")
     import yaml
-
-    from evolve.config import load_evolve_config
-    from rollout.errors import FarInputError
-    from rollout.io import write_json_atomic
+    from far.evolve.config import load_evolve_config
+    from far.rollout.errors import FarInputError
+    from far.rollout.io import write_json_atomic
 
     name = f"fate-{args.tag}" if args.tag else "fate"
     if args.at:
@@ -347,8 +346,8 @@ def main() -> None:
 
 def stored_rows(result: dict, config_path: Path) -> list[tuple[list, dict]]:
     """(holdout scenarios, decided) of every seed the result holds, the scenarios rebuilt from the suite by id."""
-    from evolve.config import load_evolve_config
-    from rollout.suites import build_suite
+    from far.evolve.config import load_evolve_config
+    from far.suites import build_suite
 
     config, base = load_evolve_config(config_path)
     by_id = {s.id: s for s in build_suite(config.suite, base).scenarios("holdout")}

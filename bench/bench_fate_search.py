@@ -7,7 +7,7 @@ model, so the two meet on the agent's figures: each holdout input played through
 verifier ensemble. For every seed judged in ``bench/results/fate{-T}.json``, with that result's overrides:
 1. FAR's evolutionary policy search spends ``--budget`` policy evaluations on FATE's dev slice (FATE's train
    slice), with the base SmolLM2 as the calibrated risk edge (``bench_evolve.search_evaluator``); its winner is
-   ``search.rank``'s first on dev.
+   ``far.search.ranking.rank``'s first on dev.
 2. The winner plays the seed's holdout sample. The decisions the judge recorded for every arm (FATE's returned
    model, the base, SFT on labels, the ablations) under the calibrated rule (head and caution refitted) are played
    under FATE's fixed policy.
@@ -37,7 +37,7 @@ from bench.bench_evolve import (
     write_config,
 )
 
-# which holdout inputs each agent figure is a rate over (as evolve.metrics.holdout_metrics counts them)
+# which holdout inputs each agent figure is a rate over (as far.evolve.metrics.holdout_metrics counts them)
 AGENT_FIGURES = {"tsr": lambda s: True, "asr": lambda s: s.ground_truth.injected,
                  "hcr": lambda s: s.ground_truth.unsafe and not s.ground_truth.injected,
                  "over_refusal": lambda s: True}
@@ -47,7 +47,7 @@ RULE = "calibrated"  # the judged decisions played: every arm's model under its 
 def per_input(scenarios, scored, selection) -> dict[str, list[float]]:
     """Each agent figure's value on each input of its subset: the figure of ``holdout_metrics`` over that input
     alone (1 or 0), so the rule stays the one FATE's rounds report."""
-    from evolve.metrics import holdout_metrics
+    from far.evolve.metrics import holdout_metrics
 
     values: dict[str, list[float]] = {figure: [] for figure in AGENT_FIGURES}
     for scenario, one in zip(scenarios, scored, strict=True):
@@ -62,7 +62,7 @@ def differences(rows: list[dict]) -> dict:
     """``arm - winner`` per agent figure over ``rows`` (per seed: ``groups`` (the template of each input, per
     figure) and ``values`` ({arm or "winner": {figure: per-input values}})), pooled: the paired difference of the
     means and its template-clustered interval."""
-    from evolve.metrics import paired_cluster_bootstrap
+    from far.evolve.metrics import paired_cluster_bootstrap
 
     out = {}
     for arm in (a for a in rows[0]["values"] if a != "winner"):
@@ -80,9 +80,9 @@ def differences(rows: list[dict]) -> dict:
 
 def judge_seed(seed: int, judged: dict, overrides: list[str], budget: int, config_path: Path) -> dict:
     """One seed: the winner found on dev and every arm's per-input agent figures on the holdout sample."""
-    from evolve.config import load_evolve_config
-    from evolve.loop import Evolution
-    from search.space import load_space
+    from far.evolve.config import load_evolve_config
+    from far.evolve.loop import Evolution
+    from far.search.searchers.space import load_space
 
     config, base = load_evolve_config(write_config(config_path, seed, overrides))
     evolution = Evolution(config, base)  # FATE's slices, fixed policy and recorded world (the judge's construction)
@@ -121,7 +121,7 @@ def main() -> None:
     seeds = [str(s) for s in args.seeds] if args.seeds else sorted(fate["seeds"], key=int)
     if missing := [s for s in seeds if s not in fate["seeds"]]:
         parser.error(f"{source}: seeds {', '.join(missing)} are not judged there")
-    from rollout.io import write_json_atomic
+    from far.rollout.io import write_json_atomic
 
     path = RESULTS / f"{name}-search.json"
     result = json.loads(path.read_text()) if path.is_file() else {"seeds": {}}

@@ -4,7 +4,7 @@ cloud guard than the frozen-feature probes FAR ships? Same data and metrics as `
     python bench/bench_finetune.py [minilm] [smollm2] [--agentdojo banking,slack] [--epochs N]
 
 minilm   all-MiniLM-L6-v2 (22M) with a classification head, every weight trained (a cross-encoder over the
-         text the guard sees, action first): FAR's ``finetuned`` cloud backend (rollout/models/finetuned.py).
+         text the guard sees, action first): FAR's ``finetuned`` cloud backend (models/finetuned.py).
 smollm2  SmolLM2-135M-Instruct with a classification head and a LoRA adapter (r=8 on the attention
          projections; the head trained in full).
 
@@ -36,9 +36,8 @@ def load(name: str):
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
+    from far.models.weights import smollm2
     from peft import LoraConfig, get_peft_model
-
-    from rollout.models.weights import smollm2
 
     weights = smollm2()
     tokenizer = AutoTokenizer.from_pretrained(weights.path)
@@ -58,8 +57,8 @@ def batches(texts, tokenizer, size: int, max_tokens: int):
 
 def backend_scores(train, holdouts: dict, epochs: int) -> list[dict]:
     """MiniLM through FAR's own ``finetuned`` cloud backend (checkpoint cached by content hash)."""
-    from rollout.models.finetuned import FinetunedConfig, FinetunedReviewCloud
-    from rollout.models.reviewer import unsafe_label
+    from far.models.finetuned import FinetunedConfig, FinetunedReviewCloud
+    from far.models.reviewer import unsafe_label
 
     cloud = FinetunedReviewCloud(FinetunedConfig(epochs=epochs))
     started = time.perf_counter()
@@ -85,8 +84,8 @@ def train_and_score(name: str, train, holdouts: dict, epochs: int) -> list[dict]
     if name == "minilm":
         return backend_scores(train, holdouts, epochs)
 
-    from rollout.models.probe import probe_text
-    from rollout.models.reviewer import unsafe_label
+    from far.models.probe import probe_text
+    from far.models.reviewer import unsafe_label
 
     model, tokenizer, options = load(name)
     texts = [probe_text(s) for s in train]
@@ -129,7 +128,7 @@ def train_and_score(name: str, train, holdouts: dict, epochs: int) -> list[dict]
 
 
 def main() -> None:
-    from rollout.io import write_json_atomic
+    from far.rollout.io import write_json_atomic
 
     parser = argparse.ArgumentParser()
     parser.add_argument("models", nargs="*", default=["minilm", "smollm2"])

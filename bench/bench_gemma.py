@@ -29,8 +29,8 @@ from bench.bench_real import decision_rate, probe_scores, roc, survey_data  # no
 
 def gemma_folder() -> Path:
     """The GGUF assembled from its chunks and exported once as a plain Hugging Face folder."""
-    from rollout.io import data_dir
-    from rollout.models.weights import offline
+    from far.models.weights import offline
+    from far.rollout.io import data_dir
 
     offline()
     target = data_dir() / "models" / "gemma3-270m"
@@ -58,11 +58,11 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=9, help="of 18")
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "real_models.json"))
     args = parser.parse_args()
-    from rollout.io import write_json_atomic
-    from rollout.models.encoders import SmolLM2Encoder, build_encoder
-    from rollout.models.probe import probe_text
-    from rollout.models.spec import CacheConfig, open_cache
-    from rollout.models.weights import local_model
+    from far.models.encoders import SmolLM2Encoder, build_encoder
+    from far.models.probe import probe_text
+    from far.models.spec import CacheConfig, open_cache
+    from far.models.weights import local_model
+    from far.rollout.io import write_json_atomic
 
     data = survey_data(args.agentdojo.split(","))
     rng = np.random.default_rng(0)

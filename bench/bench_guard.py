@@ -1,4 +1,4 @@
-"""The runtime guard's decision latency (``rollout.guard``), one process, one thread.
+"""The runtime guard's decision latency (``far.rollout.guard``), one process, one thread.
 
     python bench/bench_guard.py [--size 2000] [--out bench/results/guard-latency.json]
 
@@ -24,11 +24,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rollout.calls import CloudReview, EdgeAssessment, ModelSet  # noqa: E402
-from rollout.guard import Guard  # noqa: E402
-from rollout.io import write_json_atomic  # noqa: E402
-from rollout.policy import Policy  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from far.rollout.calls import CloudReview, EdgeAssessment, ModelSet  # noqa: E402
+from far.rollout.guard import Guard  # noqa: E402
+from far.rollout.io import write_json_atomic  # noqa: E402
+from far.rollout.policy import Policy  # noqa: E402
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 
 POLICY = Policy(cloud_threshold=0.5, require_confirmation=True, provenance_rule="confirm", scope_rule="confirm",
                 untrusted_target_rule="review", untrusted_payload_rule="review", untrusted_read_rule="review")

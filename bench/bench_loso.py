@@ -4,7 +4,7 @@
 
 For each suite L: the edge (MiniLM probe, label "must not run unreviewed") and the reviewer (SmolLM2 probe,
 label "harmful"), built as the product builds them, are fitted on the other suites' train splits, joined as the
-product joins them (``search.fitting.balanced``), with L's content dropped; then scored on L's train split (the
+product joins them (``far.search.evaluation.fitting.balanced``), with L's content dropped; then scored on L's train split (the
 figure to choose by: nothing was fitted on it) and on L's holdout (reported). Also, for reference, on L's
 holdout: the fit on every suite's train split (what ``far evaluate`` does with the default ``fit_on``) and the
 fit on L's train split alone (what it did before), and on L's and broad_requests' train splits.
@@ -73,8 +73,8 @@ def lookalikes(scenarios) -> np.ndarray:
 
 
 def load(names: list[str]) -> dict:
-    from rollout.suites import build_suite
-    from search.fitting import fit_data
+    from far.search.evaluation.fitting import fit_data
+    from far.suites import build_suite
 
     data = {}
     for name in names + ([NO_TWINS] if BROAD in names else []):
@@ -85,8 +85,8 @@ def load(names: list[str]) -> dict:
 
 
 def model(role: str, precision: str = "auto"):
-    from rollout.models.backends import build_models
-    from rollout.models.spec import ModelsConfig
+    from far.models.backends import build_models
+    from far.models.spec import ModelsConfig
 
     kind, spec = CANDIDATES.get(role, (role, ROLES.get(role)))
     config = ModelsConfig.model_validate({kind: {**spec, "encoder_options": {"precision": precision}}, "scope": None})
@@ -94,13 +94,13 @@ def model(role: str, precision: str = "auto"):
 
 
 def scores(guard, role: str, scenarios) -> np.ndarray:
-    from rollout.models.probe import probe_text
+    from far.models.probe import probe_text
 
     return guard.probe.predict([probe_text(s) for s in scenarios])
 
 
 def fitted(role: str, parts: list[list], excluded: set, precision: str = "auto") -> object:
-    from search.fitting import balanced, without_content
+    from far.search.evaluation.fitting import balanced, without_content
 
     guard = model(role, precision)
     guard.fit(balanced([without_content(part, excluded)[0] for part in parts]),
@@ -112,8 +112,8 @@ def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, fol
     """What to add to the evaluated suite's own train split, chosen on train: out-of-fold AUROC over its train
     split (5 folds by group), each fold fitted on the other folds plus the added suites (the fold's content
     dropped from them), for: nothing, broad_requests, every other suite."""
-    from rollout.scenario import model_input
-    from search.fitting import group_folds
+    from far.rollout.scenario import model_input
+    from far.search.evaluation.fitting import group_folds
 
     train = data[evaluated]["train"]
     label = type(model(role)).label
@@ -140,7 +140,7 @@ def leave_one_source_out(role: str, data: dict) -> list[dict]:
     """How the shipped guard judges harmful requests from a public set it never saw: fitted on the built-in
     suite's train split and broad_requests' without one source (as the default fits a suite of its own), scored
     on that source's harmful requests against broad_requests' benign holdout requests."""
-    from rollout.suites.broad_requests import source_of
+    from far.suites.broad_requests import source_of
 
     rows = []
     broad = data[BROAD]
@@ -167,7 +167,7 @@ def twins_on_unseen_lookalikes(role: str, data: dict, folds: int = 2) -> list[di
     requests, those out of fold (two folds by a hash of the id: each fold's are left out of its fit)."""
     import hashlib
 
-    from rollout.suites.broad_requests import source_of
+    from far.suites.broad_requests import source_of
 
     train = data[BROAD]["train"]
     label = type(model(role)).label
@@ -199,9 +199,9 @@ def ensembles(data: dict, names: list[str]) -> list[dict]:
     (harmful), fitted on the other suites' train splits (L's content dropped) and scored on L's train and
     holdout splits, and fitted on the built-in suite and broad without XSTest and scored on all of XSTest: the
     reviewer, the edge, a MiniLM probe on the reviewer's label, and the means of their probabilities."""
-    from rollout.models.reviewer import unsafe_label
-    from rollout.scenario import model_input
-    from rollout.suites.broad_requests import source_of
+    from far.models.reviewer import unsafe_label
+    from far.rollout.scenario import model_input
+    from far.suites.broad_requests import source_of
 
     cases = [(left_out, [data[n]["train"] for n in names if n != left_out],
               {model_input(s) for split in ("train", "holdout") for s in data[left_out][split]},
@@ -227,8 +227,8 @@ def ensembles(data: dict, names: list[str]) -> list[dict]:
 
 
 def main() -> None:
-    from rollout.io import write_json_atomic
-    from rollout.scenario import model_input
+    from far.rollout.io import write_json_atomic
+    from far.rollout.scenario import model_input
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suites", default="edge_cloud,agentdojo,broad_requests")

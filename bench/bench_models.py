@@ -24,11 +24,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def edge_rates(n: int) -> dict:
-    from rollout.models.embedding_edge import EmbeddingRiskEdge
-    from rollout.models.engines.hf import TransformersLM
-    from rollout.models.lm_backends import LMRiskEdge
-    from rollout.models.weights import smollm2
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.models.embedding_edge import EmbeddingRiskEdge
+    from far.models.engines.hf import TransformersLM
+    from far.models.lm_backends import LMRiskEdge
+    from far.models.weights import smollm2
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=3 * n, seed=9))
     train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
@@ -51,11 +51,10 @@ def cloud_batching(batch: int = 16, single: int = 16, model: str = "smollm2", re
     """vLLM on a Ray actor (a GPU when the cluster has one): ``batch`` reviews in one call, then the first
     ``single`` of them one call each."""
     import ray
-
-    from cluster.actors import gpus_available
-    from cluster.hosting import RayHost
-    from rollout.models.backends import ModelsConfig, build_models
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.cluster.actors import gpus_available
+    from far.cluster.hosting import RayHost
+    from far.models.backends import ModelsConfig, build_models
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     ray.init(include_dashboard=False, log_to_driver=False, **({} if require_gpu else {"num_cpus": 2}))
     if require_gpu and not gpus_available():

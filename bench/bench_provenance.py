@@ -1,6 +1,6 @@
 """What the per-argument provenance rules see on AgentDojo, on train episodes only (nothing here reads the
 holdout): for every call of every train episode, along the path where every call runs (the attacker's path),
-which rule facts hold (``rollout.calls.CallFacts``), split by whether the call serves the user's task or an
+which rule facts hold (``far.rollout.calls.CallFacts``), split by whether the call serves the user's task or an
 injection task's (the suite's labels, for this report only). An episode whose user calls trip a rule is one
 that rule, set to block, would cost; an injection call that trips none is one the rules cannot stop.
 
@@ -10,7 +10,6 @@ that rule, set to block, would cost; an injection call that trips none is one th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections import defaultdict
@@ -19,12 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rollout.calls import call_facts  # noqa: E402
-from rollout.io import write_json_atomic  # noqa: E402
-from rollout.policy import RULES  # noqa: E402
-from rollout.provenance import argument_provenance  # noqa: E402
-from rollout.suites.agentdojo.agent import calls_as_the_guard_sees_them  # noqa: E402
-from rollout.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig  # noqa: E402
+from far.rollout.calls import call_facts  # noqa: E402
+from far.rollout.io import write_json_atomic  # noqa: E402
+from far.rollout.policy import RULES  # noqa: E402
+from far.rollout.provenance import argument_provenance  # noqa: E402
+from far.suites.agentdojo.agent import calls_as_the_guard_sees_them  # noqa: E402
+from far.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig  # noqa: E402
 
 FACTS = [fact for _, fact in RULES if fact != "out_of_scope"]
 

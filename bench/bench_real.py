@@ -54,9 +54,9 @@ def roc(labels: np.ndarray, scores: np.ndarray) -> dict:
 
 
 def survey_data(agentdojo: list[str]) -> dict:
-    from rollout.suites import build_suite
-    from rollout.scenario import model_input
-    from search.fitting import fit_data, without_content
+    from far.rollout.scenario import model_input
+    from far.search.evaluation.fitting import fit_data, without_content
+    from far.suites import build_suite
 
     data = {}
     for name, spec in (("edge_cloud", BUILTIN), ("agentdojo", agentdojo_spec(agentdojo))):
@@ -78,9 +78,9 @@ def decision_rate(encoder, texts) -> float:
 
 def probe_scores(encoder, cache, train, holdout, what: str) -> tuple[np.ndarray, np.ndarray]:
     """A class-balanced logistic probe on ``encoder`` fitted on ``train``: its scores on ``holdout`` and the labels."""
-    from rollout.models.encoders import CachedEncoder
-    from rollout.models.probe import LinearProbe, probe_text
-    from rollout.models.reviewer import unsafe_label
+    from far.models.encoders import CachedEncoder
+    from far.models.probe import LinearProbe, probe_text
+    from far.models.reviewer import unsafe_label
 
     probe = LinearProbe(CachedEncoder(encoder, cache), class_weight="balanced", what=what)
     probe.fit(train, unsafe_label, progress=lambda m: print(m, flush=True))
@@ -88,9 +88,9 @@ def probe_scores(encoder, cache, train, holdout, what: str) -> tuple[np.ndarray,
 
 
 def probe_rows(data: dict) -> list[dict]:
-    from rollout.models.encoders import build_encoder
-    from rollout.models.probe import probe_text
-    from rollout.models.spec import CacheConfig, open_cache
+    from far.models.encoders import build_encoder
+    from far.models.probe import probe_text
+    from far.models.spec import CacheConfig, open_cache
 
     rows = []
     cache = open_cache(CacheConfig())
@@ -112,7 +112,7 @@ def probe_rows(data: dict) -> list[dict]:
 
 
 def per_class(scenarios, flagged) -> dict:
-    from rollout.models.calibrated import scenario_class
+    from far.models.calibrated import scenario_class
 
     counts: dict[str, list[int]] = {}
     for scenario, flag in zip(scenarios, flagged):
@@ -123,15 +123,15 @@ def per_class(scenarios, flagged) -> dict:
 
 
 def zero_shot_rows(data: dict, sample: int) -> list[dict]:
-    from rollout.models.reviewer import unsafe_label
+    from far.models.reviewer import unsafe_label
 
     rows = []
     rng = np.random.default_rng(0)
     picks = {name: [d["holdout"][i] for i in sorted(rng.choice(len(d["holdout"]), min(sample, len(d["holdout"])),
                                                                  replace=False))] for name, d in data.items()}
-    from rollout.models.engines.hf import TransformersLM
-    from rollout.models.lm_backends import LMRiskEdge
-    from rollout.models.weights import smollm2
+    from far.models.engines.hf import TransformersLM
+    from far.models.lm_backends import LMRiskEdge
+    from far.models.weights import smollm2
 
     edge = LMRiskEdge(TransformersLM(smollm2()), calibrate=False)
     for name, scenarios in picks.items():
@@ -150,7 +150,7 @@ def zero_shot_rows(data: dict, sample: int) -> list[dict]:
         rows.append({"model": "NanoGuard (metatronnanoguard)", "skipped": "not installed (pip install "
                      "metatronnanoguard)"})
         return rows
-    from rollout.models.probe import probe_text
+    from far.models.probe import probe_text
 
     guard = NanoGuard(device="cpu")
     for name, scenarios in picks.items():
@@ -168,7 +168,7 @@ def zero_shot_rows(data: dict, sample: int) -> list[dict]:
 
 
 def policy_grid(agentdojo: bool) -> list:
-    from rollout.policy import Policy
+    from far.rollout.policy import Policy
 
     thresholds = [0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0] if agentdojo else [i / 10 for i in range(11)]
     blocks = [0.5, 0.7, 0.9, 1.0] if agentdojo else [0.5, 0.7, 0.8, 0.9, 0.95, 1.0]
@@ -177,7 +177,7 @@ def policy_grid(agentdojo: bool) -> list:
 
 
 def holdout_figures(evaluator, policy, injected_only_asr: bool) -> dict:
-    from verifiers.taxonomy import FailureKind, SuccessKind
+    from far.verifiers.taxonomy import FailureKind, SuccessKind
 
     evaluation = evaluator.evaluate("winner", policy, "holdout")
     verdicts, scenarios = evaluation.verdicts, evaluator.scenarios("holdout")
@@ -196,12 +196,12 @@ def holdout_figures(evaluator, policy, injected_only_asr: bool) -> dict:
 
 
 def sim2real(name: str, spec: dict, workdir: Path) -> dict:
-    from rollout.models.backends import ModelsConfig, build_models
-    from rollout.suites import build_suite
-    from search.calibrate import calibrate
-    from search.gate import clopper_pearson_upper
-    from search.pipeline import RunConfig, build_evaluator
-    from search.rank import Constraints, rank
+    from far.models.backends import ModelsConfig, build_models
+    from far.search.evaluation.calibrate import calibrate
+    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.search.ranking.gate import clopper_pearson_upper
+    from far.search.ranking.rank import Constraints, rank
+    from far.suites import build_suite
 
     suite = build_suite(spec)
     agentdojo = name == "agentdojo"

@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from search.gate import clopper_pearson_interval as exact_interval  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from far.search.ranking.gate import clopper_pearson_interval as exact_interval  # noqa: E402
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 
 SUITE = EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3)  # configs/search.yaml's
 BENIGN = ("benign", "benign_sensitive", "diagnostic")
@@ -73,8 +73,8 @@ def cross_validated(train, make_reviser, per_fold: int, label: str) -> dict:
 
 
 def choose(train, lm, per_fold: int) -> tuple[int, list[dict]]:
-    from rollout.models.reviser import LMReviser
-    from rollout.models.spec import ReviserConfig
+    from far.models.reviser import LMReviser
+    from far.models.spec import ReviserConfig
 
     rows = [{"demonstrations": k, **cross_validated(train, lambda k=k: LMReviser(lm, ReviserConfig(demonstrations=k)),
                                                      per_fold, f"k={k}")} for k in CHOICES]
@@ -87,9 +87,8 @@ def choose(train, lm, per_fold: int) -> tuple[int, list[dict]]:
 def any_tool_reviser(lm, k: int):
     """The alternative to the shipped rule, for the train check only: the nearest demonstrations of any tool."""
     import numpy as np
-
-    from rollout.models.reviser import LMReviser
-    from rollout.models.spec import ReviserConfig
+    from far.models.reviser import LMReviser
+    from far.models.spec import ReviserConfig
 
     class AnyToolReviser(LMReviser):
         def demonstrations(self, scenario, proposal):
@@ -103,9 +102,9 @@ def any_tool_reviser(lm, k: int):
 
 
 def holdout(train, held, lm, k: int, benign_n: int) -> dict:
-    from rollout.models.backends import ModelsConfig, build_models
-    from rollout.models.reviser import LMReviser, RevisingCloud
-    from rollout.models.spec import ReviserConfig
+    from far.models.backends import ModelsConfig, build_models
+    from far.models.reviser import LMReviser, RevisingCloud
+    from far.models.spec import ReviserConfig
 
     reviewer = build_models(ModelsConfig()).cloud
     reviewer.fit(train)
@@ -155,7 +154,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "reviser.json")
     args = parser.parse_args()
 
-    from rollout.models.engines import EngineSpec, build_engine
+    from far.models.engines import EngineSpec, build_engine
 
     suite = EdgeCloudSuite(SUITE)
     train, held = list(suite.scenarios("train")), list(suite.scenarios("holdout"))

@@ -3,11 +3,11 @@ holdout: the settings below were chosen from these figures).
 
     python bench/bench_rules.py [--out bench/out/rules.json]
 
-1. The tool-scope model (``rollout.models.scope``): 5-fold cross-validation by template group on train, for
+1. The tool-scope model (``far.models.scope``): 5-fold cross-validation by template group on train, for
    each candidate setting (features, C): of the calls with effects whose tool the task needs, how many stay in
    the predicted scope; of those whose tool it does not need (injected, misread), how many fall outside it.
    Also the fit time of the shipped setting on all of train.
-2. Provenance (``rollout.provenance``): per kind of scenario, the share of proposed calls that are
+2. Provenance (``far.rollout.provenance``): per kind of scenario, the share of proposed calls that are
    content-driven (a sensitive call with an argument seen only in the read content), and the time per call.
 """
 from __future__ import annotations
@@ -23,10 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-
-from rollout.models.scope import needed_tools  # noqa: E402
-from rollout.provenance import content_driven, user_words  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from far.models.scope import needed_tools  # noqa: E402
+from far.rollout.provenance import content_driven, user_words  # noqa: E402
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 
 SUITE = EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3)  # configs/search.yaml's
 CANDIDATES = [(analyzer, ngrams, c) for analyzer, ngrams in (("char_wb", (2, 5)), ("word", (1, 2)))
@@ -79,7 +78,7 @@ def provenance_rates(train) -> dict:
 
 
 def main() -> None:
-    from rollout.models.scope import TfidfToolScope
+    from far.models.scope import TfidfToolScope
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "rules.json"))

@@ -32,15 +32,15 @@ SEED = 21  # not the calibration suite's seed (7): other scenarios than those th
 
 
 def models():
-    from rollout.models.backends import ModelsConfig, build_models
+    from far.models.backends import ModelsConfig, build_models
 
     spec = {"backend": "calibrated", "file": str(CALIBRATION)}
     return build_models(ModelsConfig.model_validate({"edge": spec, "cloud": spec, "user": {"backend": "approves"}}))
 
 
 def prepared(start: int, stop: int, model_set):
-    from rollout.calls import RecordedCalls
-    from rollout.suites.edge_cloud import generate_scenario
+    from far.rollout.calls import RecordedCalls
+    from far.suites.edge_cloud import generate_scenario
 
     scenarios = [generate_scenario(SEED, i, 0.3) for i in range(start, stop)]
     return [RecordedCalls(s, r, model_set.environment) for s, r in zip(scenarios, model_set.record(scenarios))]
@@ -48,7 +48,7 @@ def prepared(start: int, stop: int, model_set):
 
 def grid(n: int):
     """``n`` policies of a product grid (10,000 = 25 thresholds x 5 block thresholds x 10 retries x 2 x 4)."""
-    from rollout.policy import Policy
+    from far.rollout.policy import Policy
 
     full = [Policy(cloud_threshold=t / 24, edge_block_threshold=b, max_retries=r, require_confirmation=c,
                    fallback_mode=f)
@@ -61,12 +61,12 @@ def grid(n: int):
 def per_rollout(n: int) -> dict:
     """One policy over the same n scenarios: LangGraph graph over recorded outputs, replay, columnar (each:
     roll out, verify, aggregate). Columnar cold = compiling the columns and walking the templates included."""
-    from rollout.agent import build_graph, run_graph
-    from rollout.policy import Policy
-    from search.columnar import ColumnarEvaluator, compile_columns
-    from search.evaluate import replay_all
-    from search.results import aggregate
-    from verifiers.rules import RuleVerifier, verify_all
+    from far.rollout.agent import build_graph, run_graph
+    from far.rollout.policy import Policy
+    from far.search.evaluation.columnar import ColumnarEvaluator, compile_columns
+    from far.search.evaluation.evaluate import replay_all
+    from far.search.evaluation.results import aggregate
+    from far.verifiers.rules import RuleVerifier, verify_all
 
     model_set = models()
     items = prepared(0, n, model_set)
@@ -128,7 +128,7 @@ def write_suite(path: Path, n: int) -> dict:
     time; the exemplars (one per outcome class) are pickled beside it."""
     import pickle
 
-    from search.columnar import ClassIndex, write_columns
+    from far.search.evaluation.columnar import ClassIndex, write_columns
 
     model_set = models()
     index = ClassIndex()
@@ -155,8 +155,7 @@ def cell_child(path: str, scenarios: int, policies: int) -> None:
     import pickle
 
     import numpy as np
-
-    from search.columnar import ColumnarEvaluator, parquet_batches
+    from far.search.evaluation.columnar import ColumnarEvaluator, parquet_batches
 
     exemplars = pickle.loads(Path(path).with_suffix(".exemplars.pkl").read_bytes())
     batch_policies = grid(policies)

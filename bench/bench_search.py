@@ -4,7 +4,7 @@
 
 1. Search quality on the default config (``configs/search.yaml``: its suite, its 440-point space, its gate):
    every grid point is evaluated on train and holdout; the grid's best deployable policy is the best on train
-   by ``search.rank`` (under the gate's cost limit) that passes the gate on holdout. Each method then proposes
+   by ``far.search.ranking.rank`` (under the gate's cost limit) that passes the gate on holdout. Each method then proposes
    policies one at a time, answered from those evaluations, until its best so far on train is that policy:
    the evolutionary searcher (the config's settings), random search (``RandomSearcher``, without
    replacement), and Optuna's NSGA-II (objectives reward and cost; critical failures and the cost limit as
@@ -25,12 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from search.config import load_search_config  # noqa: E402
-from search.evolution import EvolutionarySearcher, RandomSearcher, config_key  # noqa: E402
-from search.gate import gate  # noqa: E402
-from search.pipeline import build_evaluator  # noqa: E402
-from search.rank import Constraints, rank_key  # noqa: E402
-from search.space import parse_space  # noqa: E402
+from far.search.jobs.config import load_search_config  # noqa: E402
+from far.search.jobs.pipeline import build_evaluator  # noqa: E402
+from far.search.ranking.gate import gate  # noqa: E402
+from far.search.ranking.rank import Constraints, rank_key  # noqa: E402
+from far.search.searchers.evolutionary import EvolutionarySearcher, RandomSearcher, config_key  # noqa: E402
+from far.search.searchers.space import parse_space  # noqa: E402
 
 CONFIG = ROOT / "configs" / "search.yaml"
 SPACE = parse_space({"parameters": {  # the space of the actor/overhead runs below
@@ -45,7 +45,7 @@ _SWEEPS: dict = {}  # config file -> (train, holdout): the quality and LLM bench
 
 
 def exhaustive(loaded, chunk: int = 2000) -> tuple[dict, dict]:
-    """Every grid point of the default config's space on train, column-wise (``search.columnar``: exact, and
+    """Every grid point of the default config's space on train, column-wise (``far.search.evaluation.columnar``: exact, and
     the only way a space of this size is affordable); holdout lazily (``HoldoutTable``), as only the best on
     train are ever gated."""
     if loaded.source in _SWEEPS:
@@ -172,7 +172,7 @@ def target_of(train, holdout, constraints, gate_config):
 
 def search_quality(seeds: int, optuna_limit: int = 3000) -> dict:
     """Issues 13 and 36: on the default config (its space with the rules), evaluations until each method's best
-    so far (``search.rank`` under the gate's cost limit, on train) is the grid's best deployable policy -- or,
+    so far (``far.search.ranking.rank`` under the gate's cost limit, on train) is the grid's best deployable policy -- or,
     where nothing in the grid deploys, its best on train (what ``far search`` reports); and what the default
     budget ships."""
     loaded = load_search_config(CONFIG, output=str(ROOT / "bench" / "out" / "unused"))
@@ -219,9 +219,9 @@ def llm_quality(seeds: int, budget: int) -> dict:
     constrained to the proposal's JSON schema) on the default config, evaluations answered from the exhaustive
     table: the share of proposals that are valid (parse and lie in the space), and whether and when its best so
     far reaches the grid's best deployable policy, against random search at the same budget."""
-    from rollout.models.engines import EngineSpec, build_engine
-    from search.config import ProposerSettings
-    from search.llm_proposer import LLMProposalSearcher
+    from far.models.engines import EngineSpec, build_engine
+    from far.search.jobs.config import ProposerSettings
+    from far.search.searchers.llm_proposer import LLMProposalSearcher
 
     loaded = load_search_config(CONFIG, output=str(ROOT / "bench" / "out" / "unused"))
     config = loaded.config
@@ -271,10 +271,9 @@ def search_config(tmp: Path, method: str, budget: int, actors: int, concurrency:
 
 def run_search(path: Path) -> tuple[float, list]:
     import ray
-
-    from cluster.rollout_pool import RolloutPool
-    from search.config import load_search_config
-    from search.tune_search import run_tune
+    from far.cluster.rollout_pool import RolloutPool
+    from far.search.jobs.config import load_search_config
+    from far.search.searchers.tune import run_tune
 
     loaded = load_search_config(path)
     config = loaded.config

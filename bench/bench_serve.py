@@ -11,7 +11,7 @@ run, are the figures to read.
    each as a ratio to the floor at the same concurrency. Goal: p99 at 16 clients <= 1.2x the floor, 0 errors.
 2. faults: under 16 clients of load with policy jobs queued, kill a replica (a verifier member's, with
    ``topology: deployments``; the ingress's, with both topologies; 2 replicas each): failed requests -- with
-   FAR's client retry policy (``search.remote``), and on the first attempt, as a client that never retries
+   FAR's client retry policy (``far.verifiers.remote``), and on the first attempt, as a client that never retries
    sees them --, the longest request (the stall), and jobs that did not finish (lost). Goal: 0 failed, 0 lost.
 3. fuzz: every endpoint with schemathesis from the app's own OpenAPI: server errors (5xx). Goal: 0.
 
@@ -39,11 +39,11 @@ def free_port() -> int:
 
 
 def request_bodies(n: int) -> list[bytes]:
-    from rollout.models.backends import ModelsConfig
-    from rollout.policy import Policy
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-    from rollout.trajectory_io import TrajectoryModel
-    from search.pipeline import RunConfig, build_evaluator
+    from far.models.backends import ModelsConfig
+    from far.rollout.policy import Policy
+    from far.rollout.trajectory_io import TrajectoryModel
+    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     # the bodies only need to be realistic trajectories to score: the fast label-reading models make them
     oracle = {role: {"backend": "oracle"} for role in ("edge", "cloud", "user")}
@@ -58,12 +58,11 @@ def request_bodies(n: int) -> list[bytes]:
 
 
 async def load(url: str, bodies: list[bytes], clients: int, seconds: float, retries: int = 0) -> dict:
-    """``retries``: send a request again as FAR's own client does (``search.remote``: a dropped connection or
+    """``retries``: send a request again as FAR's own client does (``far.verifiers.remote``: a dropped connection or
     a 500/502/503/504, with backoff); ``errors`` counts requests failed after those, ``first_attempt_errors``
     what a client that never retries would have seen."""
     import httpx
-
-    from search.remote import BACKOFF_S, RETRYABLE_STATUS
+    from far.verifiers.remote import BACKOFF_S, RETRYABLE_STATUS
 
     latencies: list[float] = []
     errors = sent = first_attempt_errors = 0
@@ -150,9 +149,9 @@ CLIENTS = (1, 4, 16, 64)
 
 
 def app_config(port: int, topology: str, output: Path, **extra):
-    from rollout.models.backends import ModelsConfig
-    from serve.schemas import JobsConfig, ServeConfig
-    from verifiers.ensemble import EnsembleConfig
+    from far.models.backends import ModelsConfig
+    from far.serve.schemas import JobsConfig, ServeConfig
+    from far.verifiers.ensemble import EnsembleConfig
 
     oracle = {role: {"backend": "oracle"} for role in ("edge", "cloud", "user")}  # policy jobs only need speed
     return ServeConfig(port=port, suites={"small": {"name": "edge_cloud", "seed": 5, "size": 200}},
@@ -184,7 +183,7 @@ async def fault_run(base: str, bodies: list[bytes], seconds: float, kill: str, a
         ray.kill(ray.get_actor(victim, namespace="serve"), no_restart=True)
         return victim
 
-    from search.remote import RETRIES
+    from far.verifiers.remote import RETRIES
 
     killed, measured = await asyncio.gather(killer(), load(f"{base}/v1/score/trajectory", bodies, 16, seconds,
                                                            retries=RETRIES))
@@ -223,10 +222,9 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
 
     import ray
+    from far.rollout.io import write_json_atomic
+    from far.serve.app import build_app
     from ray import serve
-
-    from rollout.io import write_json_atomic
-    from serve.app import build_app
 
     bodies = request_bodies(400)
     ray.init(include_dashboard=False, log_to_driver=False)

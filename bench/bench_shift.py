@@ -1,4 +1,4 @@
-"""The shift warning (``search.shift``) on the suites at hand: how unlike each suite's holdout (and the other
+"""The shift warning (``far.search.evaluation.shift``) on the suites at hand: how unlike each suite's holdout (and the other
 suite's splits) is to the train split the models would be fitted on, in MiniLM's space.
 
     python bench/bench_shift.py [--out bench/out/shift.json]
@@ -37,10 +37,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "shift.json")
     args = parser.parse_args()
 
-    from rollout.models.spec import ModelsConfig
-    from rollout.suites import build_suite
-    from search.fitting import fit_data
-    from search.shift import SHIFT_LIMIT, measure_shift, shift_encoder
+    from far.models.spec import ModelsConfig
+    from far.search.evaluation.fitting import fit_data
+    from far.search.evaluation.shift import SHIFT_LIMIT, measure_shift, shift_encoder
+    from far.suites import build_suite
 
     encoder = shift_encoder(ModelsConfig())
     data = {}

@@ -53,8 +53,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "twins.json")
     args = parser.parse_args()
 
-    from rollout.io import write_json_atomic
-    from search.gate import clopper_pearson_interval
+    from far.rollout.io import write_json_atomic
+    from far.search.ranking.gate import clopper_pearson_interval
 
     policies = {"cloud_always": yaml.safe_load((ROOT / "configs" / "policies.yaml").read_text())["policies"]
                 ["cloud_always"]}

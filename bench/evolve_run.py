@@ -51,7 +51,7 @@ def load_run(parser: argparse.ArgumentParser) -> tuple[argparse.Namespace, Finis
     import torch
 
     torch.set_num_threads(1)
-    from evolve.config import load_evolve_config
+    from far.evolve.config import load_evolve_config
 
     config, base = load_evolve_config(finished.config)
     return args, finished, config, base

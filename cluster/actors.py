@@ -10,10 +10,9 @@ import os
 from typing import Any
 
 import ray
+from far.models.engines import EngineSpec, build_engine
+from far.models.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-from rollout.models.engines import EngineSpec, build_engine
-from rollout.models.lm import GenerateRequest, GenerateResult, ScoreRequest, ScoreResult
 
 MODEL_PROCESS_ENV = {
     "OMP_NUM_THREADS": "1",  # 2 torch threads on a busy 2-core machine were ~9-40x slower than 1

@@ -5,12 +5,11 @@ import hashlib
 from typing import Any
 
 import ray
-
-from cluster.actors import ActorLM, start_lm_actor
-from rollout.errors import FarEnvironmentError
-from rollout.models.backends import InProcessHost
-from rollout.models.engines import EngineSpec, LazyLM, engine_model_id
-from rollout.models.lm import LM
+from far.cluster.actors import ActorLM, start_lm_actor
+from far.models.backends import InProcessHost
+from far.models.engines import EngineSpec, LazyLM, engine_model_id
+from far.models.lm import LM
+from far.rollout.errors import FarEnvironmentError
 
 
 def ensure_ray(address: str | None = None, **init_options: Any) -> None:

@@ -14,12 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import ray
+from far.rollout.agent import Costs, build_graph, rollout_prepared
+from far.rollout.policy import Policy
+from far.verifiers.rules import Verifier, verify_all
+from far.verifiers.verdict import Verdict
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-from rollout.agent import Costs, build_graph, rollout_prepared
-from rollout.policy import Policy
-from verifiers.rules import Verifier, verify_all
-from verifiers.verdict import Verdict
 
 MIN_CHUNK = 50
 MAX_REPLACEMENTS = 3  # actors replaced per evaluation before giving up
@@ -51,7 +50,7 @@ class RolloutActor:
         import gc
 
         calls: Sequence[Any] = self.calls[split][start:stop]  # RecordedCalls or episodes
-        gc.disable()  # acyclic garbage only; see search.evaluate.gc_paused
+        gc.disable()  # acyclic garbage only; see far.search.evaluation.evaluate.gc_paused
         try:
             graph = None
             if self.engine == "graph":

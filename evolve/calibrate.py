@@ -1,5 +1,5 @@
 """Calibration, after training: the model's decision rule refitted on the calibration slice (train templates of
-none of dev's nor check's). First a head (``evolve.decision_head``: log π of the three decisions -> the decision
+none of dev's nor check's). First a head (``far.evolve.decision_head``: log π of the three decisions -> the decision
 right on its own), then the caution: an offset on the scores of escalate and refuse against handle, the one with
 the best mean r_PF among those that leave no more harm handled than the bar, widened by the margin a template
 left out needed over the fit of the rest. This is deployment calibration, not FATE: reports give the model with
@@ -10,8 +10,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head
-from evolve.gate import kept_pass, unsafe_rise
+from far.evolve.acceptance import kept_pass, unsafe_rise
+from far.evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head
 
 Figures = Callable[[Sequence[int], Sequence[str]], dict[str, float]]  # (input ids, decisions) -> figures
 

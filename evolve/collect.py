@@ -11,11 +11,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from evolve.config import EvolveConfig
-from evolve.task import ScoredDecision, violated
-from rollout.errors import FarInputError
-from rollout.eval_only import refuse_eval_only
-from rollout.scenario import Scenario
+from far.evolve.config import EvolveConfig
+from far.evolve.task import ScoredDecision, violated
+from far.rollout.errors import FarInputError
+from far.rollout.eval_only import refuse_eval_only
+from far.rollout.scenario import Scenario
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Slices:
 
 def require_trainable(scenarios: Sequence[Scenario]) -> None:
     """Refuse evaluation-only data: holdout splits, and scenarios marked evaluation-only or whose content was
-    imported as evaluation-only (``rollout.eval_only``: by content, so a renamed copy is refused too)."""
+    imported as evaluation-only (``far.rollout.eval_only``: by content, so a renamed copy is refused too)."""
     for scenario in scenarios:
         if scenario.split != "train":
             raise FarInputError(f"scenario {scenario.id} is in the {scenario.split} split: it may not be trained on",

@@ -5,16 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from far.evolve.policy_model import ModelSpec
+from far.models.backends import ModelsConfig
+from far.rollout.agent import Costs
+from far.rollout.errors import from_validation_error
+from far.rollout.io import load_mapping
+from far.rollout.policy import Policy
+from far.suites import SuiteSpec
+from far.verifiers.ensemble import EnsembleConfig, check_member_models
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from evolve.policy_model import ModelSpec
-from rollout.agent import Costs
-from rollout.errors import from_validation_error
-from rollout.io import load_mapping
-from rollout.models.backends import ModelsConfig
-from rollout.policy import Policy
-from rollout.suites import SuiteSpec
-from verifiers.ensemble import EnsembleConfig, check_member_models
 
 Kappa = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]  # a z threshold: z lies in [0, 1]
 Thresholds = tuple[Kappa, Kappa, Kappa, Kappa]  # (κ_sec, κ_util, κ_or, κ_ctrl): z's order

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from evolve.task import DECISIONS  # the columns of every score row
+from far.evolve.task import DECISIONS  # the columns of every score row
 
 STRENGTH = 1.0  # scikit-learn's C: its default L2 penalty; 3 features, hundreds of rows (calibration_size)
 FOLDS = 5  # templates per cross-fit: each template's scores come from a head fitted on ~4/5 of the others
@@ -92,7 +92,7 @@ def cross_fitted(logp: Sequence[Sequence[float]], labels: Sequence[str], groups:
 @dataclass(frozen=True)
 class DecisionRule:
     """How the model's log-probabilities become a decision: through ``head`` when one is fitted, then the
-    caution (``evolve.calibrate.cautious_decisions``): handle iff its score beats the better of escalate and
+    caution (``far.evolve.calibrate.cautious_decisions``): handle iff its score beats the better of escalate and
     refuse by at least ``caution``, else the better of those two."""
     head: DecisionHead | None = None
     caution: float = 0.0

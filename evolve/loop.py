@@ -1,15 +1,15 @@
 """FATE's rounds, the orchestrator: each stage lives in its own module with a pure core.
 
 Round t (π_t is the current model):
-1. collect (``evolve.collect``): π_t decides greedily on the dev slice; every decision whose z falls below κ
+1. collect (``far.evolve.collect``): π_t decides greedily on the dev slice; every decision whose z falls below κ
    (lowered per input to what a valid decision attains) is a failure f = (x, a, z);
-2. repair (``evolve.repair``): p_f = Prompt(x, a, z) is answered K times by π_t itself, each candidate scored;
-3. select (``evolve.select``): κ filter → Pareto front of z → tie break (reward table, then cost) → q* ∝
+2. repair (``far.evolve.repair``): p_f = Prompt(x, a, z) is answered K times by π_t itself, each candidate scored;
+3. select (``far.evolve.select``): κ filter → Pareto front of z → tie break (reward table, then cost) → q* ∝
    exp(β·r) → a* ~ q*; the replay buffer R_t = {(p_f, a*, z)} is saved, and which rule settled each failure;
-4. train (``evolve.train``): LoRA SFT on a* on the plain decision prompt, beside rehearsed correct decisions,
+4. train (``far.evolve.train``): LoRA SFT on a* on the plain decision prompt, beside rehearsed correct decisions,
    until learned; 5. PFPO on the same prompts (clip fraction and KL reported);
-6. calibrate (``evolve.calibrate``): the decision rule (head, caution) refitted on the calibration slice;
-7. gate (``evolve.gate``): on the check slice (train templates none of the lessons taught), a round that
+6. calibrate (``far.evolve.calibrate``): the decision rule (head, caution) refitted on the calibration slice;
+7. gate (``far.evolve.acceptance``): on the check slice (train templates none of the lessons taught), a round that
    raises the model's own ASR or HCR is rolled back, one that is no progress ends the run, and the run returns
    the round that handles the least harm there, then has the best own-TSR. The holdout is judged after every
    round for reporting only.
@@ -26,19 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evolve.calibrate import Calibration, cautious_decisions, fit_caution, head_scores
-from evolve.collect import draw_slices, failures, rehearsal_order, require_trainable
-from evolve.config import EvolveConfig
-from evolve.decision_head import DecisionRule
-from evolve.gate import NO_HARM, ROUND_SCORE, handled_harm, improved, kept_round, unsafe_rise
-from evolve.metrics import holdout_metrics, own_right_decision
-from evolve.record import OWN, RoundRecord
-from evolve.repair import propose
-from evolve.select import RULES, input_thresholds, select
-from evolve.task import DECISIONS, DecisionTask, ScoredDecision, decision_messages
-from evolve.train import Lesson, PFPOStats, build_lesson, pfpo, rehearsal_count, sft
-from rollout.errors import FarInputError
-from rollout.scenario import Scenario
+from far.evolve.acceptance import NO_HARM, ROUND_SCORE, handled_harm, improved, kept_round, unsafe_rise
+from far.evolve.calibrate import Calibration, cautious_decisions, fit_caution, head_scores
+from far.evolve.collect import draw_slices, failures, rehearsal_order, require_trainable
+from far.evolve.config import EvolveConfig
+from far.evolve.decision_head import DecisionRule
+from far.evolve.metrics import holdout_metrics, own_right_decision
+from far.evolve.record import OWN, RoundRecord
+from far.evolve.repair import propose
+from far.evolve.select import RULES, input_thresholds, select
+from far.evolve.task import DECISIONS, DecisionTask, ScoredDecision, decision_messages
+from far.evolve.train import Lesson, PFPOStats, build_lesson, pfpo, rehearsal_count, sft
+from far.rollout.errors import FarInputError
+from far.rollout.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,9 @@ class Kept:
 class Evolution:
     def __init__(self, config: EvolveConfig, base_dir: Path | None = None,
                  progress: Callable[[str], None] | None = None, model: Any = None) -> None:
-        from rollout.models.backends import build_models
-        from rollout.suites import build_suite
-        from search.pipeline import RunConfig, build_verifier
+        from far.models.backends import build_models
+        from far.search.jobs.pipeline import RunConfig, build_verifier
+        from far.suites import build_suite
 
         self.config = config
         self.progress = progress or (lambda message: None)
@@ -88,7 +88,7 @@ class Evolution:
                                   models=models)
         self.task = DecisionTask(models, verifier, config.policy, config.costs)
         if model is None:
-            from evolve.policy_model import PolicyModel
+            from far.evolve.policy_model import PolicyModel
 
             model = PolicyModel(config.model)
         self.model = model
@@ -209,8 +209,7 @@ class Evolution:
         """Steps 1-6 of round ``t`` on the current model: the record of what it did (its figures are filled in
         by ``run``), or None when dev holds no failure."""
         import pyarrow as pa
-
-        from rollout.io import write_parquet_atomic
+        from far.rollout.io import write_parquet_atomic
 
         config, started = self.config, time.perf_counter()
         timed: dict[str, float] = {}
@@ -258,8 +257,7 @@ class Evolution:
     # --- the loop ------------------------------------------------------------------------------------------
     def run(self, output: Path) -> dict[str, Any]:
         import pyarrow as pa
-
-        from rollout.io import write_json_atomic, write_parquet_atomic
+        from far.rollout.io import write_json_atomic, write_parquet_atomic
 
         config = self.config
         output.mkdir(parents=True, exist_ok=True)
@@ -348,8 +346,8 @@ def _line(metrics: dict[str, float]) -> str:
 
 
 def _report(output: Path, rows: Sequence[dict[str, Any]]) -> None:
-    from rollout.io import write_text_atomic
-    from search.pipeline import metric_rounds_page
+    from far.rollout.io import write_text_atomic
+    from far.search.reports.html import metric_rounds_page
 
     rounds = [r["round"] for r in rows]
     series = {name: [r[name] for r in rows] for name in ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf")}
@@ -360,7 +358,7 @@ def run_evolve(config: str | Path, output: str | Path | None = None,
                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``far evolve``: FATE's rounds on the config's suite; results under ``output`` (default: the config's).
     Returns what summary.json holds, with ``output`` added."""
-    from evolve.config import load_evolve_config
+    from far.evolve.config import load_evolve_config
 
     evolve_config, base = load_evolve_config(config)
     out = Path(output) if output else Path.cwd() / evolve_config.output

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from evolve.config import SelectionSettings
-from evolve.select import r_pf_of, training_reward
-from evolve.task import ScoredDecision
-from rollout.scenario import Scenario
-from verifiers.taxonomy import FailureKind, SuccessKind
+from far.evolve.config import SelectionSettings
+from far.evolve.select import r_pf_of, training_reward
+from far.evolve.task import ScoredDecision
+from far.rollout.scenario import Scenario
+from far.verifiers.taxonomy import FailureKind, SuccessKind
 
 # the check-slice figures a round records (``check_*``)
 CHECKED = ("mean_r_pf", "mean_reward", "own_tsr", "own_over_refusal", "own_asr", "own_hcr")

@@ -9,9 +9,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from far.models.lm import Message
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-
-from rollout.models.lm import Message
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -63,7 +62,7 @@ class ModelSpec(BaseModel):
 
 def _base_folder(base: str) -> Path:
     if base in ("smollm2", "tiny-random"):
-        from rollout.models.weights import smollm2
+        from far.models.weights import smollm2
 
         return smollm2().path
     return Path(base).expanduser()
@@ -72,10 +71,9 @@ def _base_folder(base: str) -> Path:
 class PolicyModel:
     def __init__(self, spec: ModelSpec) -> None:
         import torch
+        from far.models.weights import offline
         from peft import LoraConfig, get_peft_model
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-        from rollout.models.weights import offline
 
         offline()
         torch.set_num_threads(1)
@@ -218,7 +216,7 @@ class PolicyModel:
         """LoRA SFT, loss on the completion tokens only (the prompt is masked). Returns the loss per step.
         After ``epochs`` passes, further passes up to ``max_epochs`` run while ``learned()`` (called with the
         model in eval mode) is false."""
-        from evolve.objectives import masked_mean
+        from far.evolve.objectives import masked_mean
 
         torch = self.torch
         optimizer = self.optimizer(lr)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from evolve.metrics import CHECKED
-from evolve.select import RULES
+from far.evolve.metrics import CHECKED
+from far.evolve.select import RULES
 
 OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")  # the model's own figures (also: a rolled-back
 # round's own holdout figures, before the rollback: ``discarded_*``; without the rule: ``argmax_*``)

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.collect import Failure
-from evolve.config import RepairSettings, SelectionSettings
-from evolve.select import Candidate, training_reward
-from evolve.task import DECISIONS, DecisionTask, parse_decision, repair_messages
+from far.evolve.collect import Failure
+from far.evolve.config import RepairSettings, SelectionSettings
+from far.evolve.select import Candidate, training_reward
+from far.evolve.task import DECISIONS, DecisionTask, parse_decision, repair_messages
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from evolve.config import SelectionSettings
-from evolve.task import ScoredDecision
-from rollout.scenario import Scenario
-from verifiers.verdict import Z_DIMENSIONS
-from verifiers.pareto import (attainable, feasible, pareto_front, r_pf, repairs, supervision_distribution,
-                              tie_broken_front)
+from far.evolve.config import SelectionSettings
+from far.evolve.task import ScoredDecision
+from far.rollout.scenario import Scenario
+from far.verifiers.pareto import (
+    attainable,
+    feasible,
+    pareto_front,
+    r_pf,
+    repairs,
+    supervision_distribution,
+    tie_broken_front,
+)
+from far.verifiers.verdict import Z_DIMENSIONS
 
 if TYPE_CHECKING:
-    from evolve.collect import Failure
+    from far.evolve.collect import Failure
 
 # the rule that settled a failure's repair, the last that narrowed the choice to one: ``repair`` (only one
 # candidate repairs the failure), ``kappa`` (only one repair meets κ), ``pareto`` (one feasible repair is on the

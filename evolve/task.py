@@ -12,13 +12,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from rollout.agent import DEFAULT_COSTS, Costs, replay_calls
-from rollout.calls import ModelRecord, ModelSet, RecordedCalls
-from rollout.models.lm import Message
-from rollout.policy import Policy
-from rollout.scenario import Scenario
-from rollout.trajectory import VETOED, Step, Trajectory
-from verifiers.verdict import Verdict
+from far.models.lm import Message
+from far.rollout.agent import DEFAULT_COSTS, Costs, replay_calls
+from far.rollout.calls import ModelRecord, ModelSet, RecordedCalls
+from far.rollout.policy import Policy
+from far.rollout.scenario import Scenario
+from far.rollout.trajectory import VETOED, Step, Trajectory
+from far.verifiers.verdict import Verdict
 
 DECISIONS = ("handle", "escalate", "refuse")
 MALFORMED = "malformed"
@@ -87,7 +87,7 @@ class DecisionTask:
         out: list[ScoredDecision] = []
         wellformed = [(i, s, d) for i, (s, d) in enumerate(zip(scenarios, decisions, strict=True)) if d != MALFORMED]
         trajectories = [self.trajectory(s, d) for _, s, d in wellformed]
-        from verifiers.rules import verify_all
+        from far.verifiers.rules import verify_all
 
         verdicts = verify_all(self.verifier, [s for _, s, _ in wellformed], trajectories)
         by_index = {i: v for (i, _, _), v in zip(wellformed, verdicts)}
@@ -104,7 +104,7 @@ class DecisionTask:
 
 def violated(z: Sequence[float], thresholds: Sequence[float] | None = None, tolerance: float = 1e-9) -> list[str]:
     """The objectives z falls short of: below its threshold (1 when none is given)."""
-    from verifiers.verdict import Z_DIMENSIONS
+    from far.verifiers.verdict import Z_DIMENSIONS
 
     limits = thresholds if thresholds is not None else (1.0,) * len(z)
     return [d for d, value, limit in zip(Z_DIMENSIONS, z, limits) if value < limit - tolerance]

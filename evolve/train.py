@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.collect import Failure
-from evolve.config import PFPOSettings, SelectionSettings, SFTSettings, TrainingSettings
-from evolve.select import Candidate, Selection, training_reward
-from evolve.task import DECISIONS, DecisionTask, decision_messages, parse_decision
-from rollout.scenario import Scenario
+from far.evolve.collect import Failure
+from far.evolve.config import PFPOSettings, SelectionSettings, SFTSettings, TrainingSettings
+from far.evolve.select import Candidate, Selection, training_reward
+from far.evolve.task import DECISIONS, DecisionTask, decision_messages, parse_decision
+from far.rollout.scenario import Scenario
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def pfpo(model: Any, task: DecisionTask, selection: SelectionSettings, settings:
          seed: int, round_index: int) -> PFPOStats:
     """Step 5 over the lesson's prompts, ``prompts_per_step`` at a time: G samples each, scored, group-relative
     advantages, ``iterations`` passes of the clipped loss with its KL penalty to π_ref, the model as SFT left it."""
-    from evolve.objectives import clip_fraction, group_advantages, kl_k3, masked_mean, pfpo_loss
+    from far.evolve.objectives import clip_fraction, group_advantages, kl_k3, masked_mean, pfpo_loss
 
     torch = model.torch
     prompts, scenarios = [p for p, _, _ in lesson.examples], [s for _, s, _ in lesson.examples]

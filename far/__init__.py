@@ -8,7 +8,7 @@
 ``run_evaluate`` (far evaluate), ``run_search`` (far search), ``run_calibrate`` (far calibrate),
 ``import_scenarios`` (far import-scenarios), ``run_evolve`` (far evolve), ``run_service`` (far serve), and
 ``build_evaluator`` to evaluate policies of your own on a config's suite and models; ``Guard.load(policy.json)``
-enforces a searched policy on a live agent's calls (``rollout.guard``); ``dry_run(policy.json, traces.jsonl)``
+enforces a searched policy on a live agent's calls (``far.rollout.guard``); ``dry_run(policy.json, traces.jsonl)``
 (far dry-run) says what it would have done on logged runs. Bad input raises
 ``FarInputError`` (its message names file and field) before any expensive work.
 
@@ -18,15 +18,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollout.errors import FarEnvironmentError, FarInputError
+from far.rollout.errors import FarEnvironmentError, FarInputError
 
 _EXPORTS = {
-    "run_evaluate": "search.pipeline", "run_search": "search.pipeline", "run_calibrate": "search.pipeline",
-    "import_scenarios": "search.pipeline", "build_evaluator": "search.pipeline",
-    "EvaluateResult": "search.pipeline", "SearchResult": "search.pipeline",
-    "run_evolve": "evolve.loop", "run_service": "serve.service",
-    "load_guard": "search.pipeline", "read_policy_file": "search.pipeline", "dry_run": "search.pipeline",
-    "Decision": "rollout.guard", "ReadItem": "rollout.guard",
+    "run_evaluate": "far.search.jobs.pipeline", "run_search": "far.search.jobs.pipeline",
+    "run_calibrate": "far.search.jobs.pipeline",
+    "import_scenarios": "far.search.jobs.pipeline", "build_evaluator": "far.search.jobs.pipeline",
+    "EvaluateResult": "far.search.jobs.pipeline", "SearchResult": "far.search.jobs.pipeline",
+    "run_evolve": "far.evolve.loop", "run_service": "far.serve.service",
+    "load_guard": "far.search.jobs.policy_file", "read_policy_file": "far.search.jobs.policy_file",
+    "dry_run": "far.search.jobs.dry_run",
+    "Decision": "far.rollout.guard", "ReadItem": "far.rollout.guard",
 }
 
 __all__ = ["FarEnvironmentError", "FarInputError", "Guard", *_EXPORTS]
@@ -38,16 +40,16 @@ def __dir__() -> list[str]:
 
 class _GuardLoader:
     """``far.Guard.load(policy.json, audit_log=..., shadow=...)``: the runtime guard of a policy file
-    (``search.policy_file.load_guard``); ``far.Guard(policy, models)`` builds one directly."""
+    (``far.search.jobs.policy_file.load_guard``); ``far.Guard(policy, models)`` builds one directly."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from rollout.guard import Guard as _Guard
+        from far.rollout.guard import Guard as _Guard
 
         return _Guard(*args, **kwargs)
 
     @staticmethod
     def load(path: Any, **kwargs: Any) -> Any:
-        from search.pipeline import load_guard
+        from far.search.jobs.policy_file import load_guard
 
         return load_guard(path, **kwargs)
 

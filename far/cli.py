@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from rollout.errors import FarEnvironmentError, FarInputError
+from far.rollout.errors import FarEnvironmentError, FarInputError
 
 EXIT_BAD_INPUT = 2
 
@@ -16,14 +16,14 @@ def progress(message: str) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from search.pipeline import run_evaluate
+    from far.search.jobs.pipeline import run_evaluate
 
     print(run_evaluate(args.config, output=args.output, engine=args.engine, progress=progress).report)
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from search.pipeline import run_search
+    from far.search.jobs.pipeline import run_search
 
     print(run_search(args.config, output=args.output, resume=args.resume, address=args.address,
                      tune_progress=not args.quiet, progress=progress).report)
@@ -31,7 +31,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from search.pipeline import run_calibrate
+    from far.search.jobs.pipeline import run_calibrate
 
     _, table = run_calibrate(args.config, args.output, folds=args.folds, confidence=args.confidence,
                              progress=progress)
@@ -43,7 +43,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from search.pipeline import import_scenarios
+    from far.search.jobs.pipeline import import_scenarios
 
     imported = import_scenarios(args.file, args.output, suite=args.suite, seed=args.seed,
                                 holdout_fraction=args.holdout_fraction, eval_only=args.eval_only, progress=progress)
@@ -57,7 +57,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_dry_run(args: argparse.Namespace) -> int:
-    from search.pipeline import dry_run
+    from far.search.jobs.dry_run import dry_run
 
     print(dry_run(args.policy, args.traces, audit_log=args.audit_log, output=args.output,
                   progress=progress).report())
@@ -65,7 +65,7 @@ def cmd_dry_run(args: argparse.Namespace) -> int:
 
 
 def cmd_evolve(args: argparse.Namespace) -> int:
-    from evolve.loop import run_evolve
+    from far.evolve.loop import run_evolve
 
     summary = run_evolve(args.config, args.output, progress=progress)
     kept, output = summary["kept_round"], summary["output"]
@@ -78,7 +78,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from serve.service import run_service
+    from far.serve.service import run_service
 
     return run_service(args.config, host=args.host, port=args.port, address=args.address, once=args.once)
 

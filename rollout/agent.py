@@ -14,14 +14,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, NamedTuple, TypedDict
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from rollout.calls import Calls, Environment, LiveCalls, ModelRecord, ModelSet, RecordedCalls
-from rollout.policy import FallbackMode, Policy, rule_decision
-from rollout.scenario import Scenario
-from rollout.trajectory import (
-    COMPLETED, DENIED, HANDED_OFF, SHUTDOWN, UNHANDLED, VETOED, Step, Trajectory,
+from far.rollout.calls import Calls, Environment, LiveCalls, ModelRecord, ModelSet, RecordedCalls
+from far.rollout.policy import FallbackMode, Policy, rule_decision
+from far.rollout.scenario import Scenario
+from far.rollout.trajectory import (
+    COMPLETED,
+    DENIED,
+    HANDED_OFF,
+    SHUTDOWN,
+    UNHANDLED,
+    VETOED,
+    Step,
+    Trajectory,
 )
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Costs(BaseModel):
@@ -75,7 +81,7 @@ def edge_assess(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
 
 
 def route(state: Mapping[str, Any], ctx: Context) -> dict[str, Any]:
-    """The rules first (a rule that blocks or sends to review decides, ``rollout.policy.rule_decision``), then
+    """The rules first (a rule that blocks or sends to review decides, ``far.rollout.policy.rule_decision``), then
     the thresholds of the proposed call's kind: block above the block threshold, the cloud at or above the
     cloud threshold, else the edge. The step names the parameter that decided."""
     risk = ctx.calls.edge().risk

@@ -1,5 +1,5 @@
 """What the agent's nodes ask of the outside world: the model Protocols (edge, cloud, user, environment), their
-outputs, and the per-scenario record of those outputs. The backends themselves live in ``rollout.models``.
+outputs, and the per-scenario record of those outputs. The backends themselves live in ``far.models``.
 
 Model outputs never depend on the policy: the edge scores risk before any routing, the cloud reviews the
 edge's proposal, the user answers for a given action. So one ``ModelRecord`` per scenario serves every
@@ -7,13 +7,13 @@ policy (the replay engine), and a live LangGraph rollout reads the same values t
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
 import copy
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, runtime_checkable
 
-from rollout.provenance import content_driven, untrusted_roles
-from rollout.scenario import Scenario, ToolAction, ToolFault
+from far.rollout.provenance import content_driven, untrusted_roles
+from far.rollout.scenario import Scenario, ToolAction, ToolFault
 
 Verdict = Literal["execute", "veto", "revise", "error"]
 ActionRole = Literal["proposal", "revision"]
@@ -27,7 +27,7 @@ class EdgeAssessment:
     proposal: ToolAction
     cost: float
     latency_ms: float
-    error: str | None = None  # a model fault (see ModelFault in rollout.models.lm); the edge fails closed (risk 1)
+    error: str | None = None  # a model fault (see ModelFault in far.models.lm); the edge fails closed (risk 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +43,10 @@ class CloudReview:
 @dataclass(frozen=True, slots=True)
 class CallFacts:
     """What the policy's rules read of the edge's proposed call, from the observable trace alone: its kind,
-    whether read content chose a sensitive argument (``rollout.provenance``), whether it acts (is not read-only)
+    whether read content chose a sensitive argument (``far.rollout.provenance``), whether it acts (is not read-only)
     through a tool outside the scope predicted from the request (False when no scope model runs), and which
     argument roles came from untrusted read content only: a target or payload of a call with effects, a
-    target of a read (``rollout.provenance.untrusted_roles``). Reading is left out of the scope rule: harm goes
+    target of a read (``far.rollout.provenance.untrusted_roles``). Reading is left out of the scope rule: harm goes
     through calls with effects, and the thresholds of read-only calls already decide whether reading is
     reviewed."""
 

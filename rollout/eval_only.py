@@ -11,8 +11,8 @@ a user's private test set). A scenario is evaluation-only when
 
 Content = what a model sees (the request and the proposed action); ids, suite names, file names and labels
 are left out, so a renamed copy, or one whose marks were stripped, is still recognised. Every path that
-fits anything calls ``refuse_eval_only`` on its fitting data: at config load (``search.config``,
-``evolve.config``), and again where the fit happens (``rollout.models.calibration.require_train``).
+fits anything calls ``refuse_eval_only`` on its fitting data: at config load (``far.search.jobs.config``,
+``far.evolve.config``), and again where the fit happens (``far.models.calibration.require_train``).
 """
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from rollout.errors import FarInputError
-from rollout.io import data_dir
-from rollout.scenario import Scenario, model_input
+from far.rollout.errors import FarInputError
+from far.rollout.io import data_dir
+from far.rollout.scenario import Scenario, model_input
 
 REGISTRY_NAME = "eval_only.sqlite"
 

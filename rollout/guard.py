@@ -2,7 +2,7 @@
 
 ``Guard(policy, models).decide(request, read, call)`` builds the call as a one-call ``Scenario`` (the user's
 request, what the agent has read so far, the proposed call), asks the models once (``LiveCalls``) and walks the
-very node functions the offline engines walk (``rollout.agent``), in a world where the cloud answers and the
+very node functions the offline engines walk (``far.rollout.agent``), in a world where the cloud answers and the
 tool succeeds: faults are the caller's to meet at run time. The walk's steps become a ``Decision``:
 
     block     a rule, a block threshold or the cloud's veto refused the call (``rule`` names which)
@@ -25,15 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from far.rollout.agent import DEFAULT_COSTS, Costs, replay_calls
+from far.rollout.calls import LiveCalls, ModelRecord, ModelSet, RecordedCalls
+from far.rollout.errors import FarInputError, from_validation_error
+from far.rollout.policy import Policy
+from far.rollout.provenance import argument_provenance
+from far.rollout.scenario import GroundTruth, ReadSource, Scenario, ToolAction, ToolFault
+from far.rollout.trajectory import Trajectory
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from rollout.agent import DEFAULT_COSTS, Costs, replay_calls
-from rollout.calls import LiveCalls, ModelRecord, ModelSet, RecordedCalls
-from rollout.errors import FarInputError, from_validation_error
-from rollout.policy import Policy
-from rollout.provenance import argument_provenance
-from rollout.scenario import GroundTruth, ReadSource, Scenario, ToolAction, ToolFault
-from rollout.trajectory import Trajectory
 
 Action = Literal["execute", "confirm", "block"]
 CONTEXT_CHARS = 2000  # the tail of the tool outputs the models see, most recent last (as the episode suite shows it)

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from rollout.errors import FarInputError
+from far.rollout.errors import FarInputError
 
 
 def data_dir() -> Path:

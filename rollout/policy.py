@@ -5,10 +5,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from far.rollout.errors import FarInputError, from_validation_error
+from far.rollout.io import load_mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from rollout.errors import FarInputError, from_validation_error
-from rollout.io import load_mapping
 
 # Bounds a rollout: attempts per operation are 1 + max_retries.
 MAX_RETRIES_LIMIT = 10
@@ -34,7 +33,7 @@ class RuleAction(str, Enum):
 
 
 RULE_STRICTNESS: dict[str, int] = {"allow": 0, "confirm": 1, "review": 2, "block": 3}
-# The kinds of proposed call (``rollout.scenario.ToolAction.kind``), each with its own thresholds when set.
+# The kinds of proposed call (``far.rollout.scenario.ToolAction.kind``), each with its own thresholds when set.
 CALL_KINDS: tuple[str, ...] = ("read_only", "sensitive", "other")
 
 
@@ -47,7 +46,7 @@ class Policy(BaseModel):
     call with an argument whose value the agent saw only in read content (a tool output, a message, a
     document), never in the user's request; ``scope_rule`` on a call with effects (not read-only) whose tool
     is outside the tools a model predicted from the user's request alone. The ``untrusted_*`` rules act per
-    argument role and source trust (``rollout.provenance.argument_provenance``): a target or payload argument of a
+    argument role and source trust (``far.rollout.provenance.argument_provenance``): a target or payload argument of a
     call with effects, or a target of a read, whose value came from untrusted read content only (a value the
     user gave, or a whole identifier field of the user's own records, is not untrusted). The defaults reproduce
     the four seed parameters' behaviour.
@@ -154,7 +153,7 @@ class Policy(BaseModel):
 PARAMETERS: tuple[str, ...] = tuple(Policy.model_fields)
 
 
-# Each rule and the fact of the call (``rollout.calls.CallFacts``) that makes it apply, in tie-break order.
+# Each rule and the fact of the call (``far.rollout.calls.CallFacts``) that makes it apply, in tie-break order.
 RULES: tuple[tuple[str, str], ...] = (
     ("provenance_rule", "content_driven"),
     ("untrusted_target_rule", "untrusted_target"),

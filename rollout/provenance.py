@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rollout.scenario import ReadSource, Role, Scenario, ToolAction
+from far.rollout.scenario import ReadSource, Role, Scenario, ToolAction
 
 Source = Literal["request", "content", "neither"]
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")

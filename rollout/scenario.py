@@ -6,15 +6,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from far.rollout.errors import FarInputError, from_validation_error
+from far.rollout.io import write_parquet_atomic
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from rollout.errors import FarInputError, from_validation_error
-from rollout.io import write_parquet_atomic
 
 Split = Literal["train", "holdout"]
 SPLITS: tuple[Split, ...] = ("train", "holdout")
 ToolFault = Literal["ok", "error", "timeout"]
-Role = Literal["target", "payload"]  # an argument's role (rollout.provenance.argument_role)
+Role = Literal["target", "payload"]  # an argument's role (far.rollout.provenance.argument_role)
 Trust = Literal["fields", "trusted", "untrusted", "repeated"]
 
 
@@ -36,7 +35,7 @@ class ToolAction(BaseModel):
 
     @property
     def kind(self) -> str:
-        """The call's kind for per-kind policy settings (``rollout.policy.CALL_KINDS``), from the tool's declared
+        """The call's kind for per-kind policy settings (``far.rollout.policy.CALL_KINDS``), from the tool's declared
         properties: read-only, else sensitive, else other."""
         return "read_only" if self.read_only else "sensitive" if self.sensitive else "other"
 
@@ -107,14 +106,14 @@ class Scenario(BaseModel):
     # the template (or source) the scenario was written from: scenarios of one group are near-duplicates, so
     # splits and cross-fitting keep a group on one side; None: the request text is its own group
     group: str | None = None
-    # may be evaluated, never fitted on (``rollout.eval_only``: also recognised by content)
+    # may be evaluated, never fitted on (``far.rollout.eval_only``: also recognised by content)
     eval_only: bool = False
     # content the agent read before proposing the call (tool outputs, messages, documents), each text as read.
     # Where a suite shows it to the models inside ``request``, it appears there verbatim; the user's own words
-    # are the request with these texts cut out (``rollout.provenance.user_words``).
+    # are the request with these texts cut out (``far.rollout.provenance.user_words``).
     context: tuple[str, ...] = ()
     # where each ``context`` text came from, in order (shorter than ``context``: the rest are untrusted text of
-    # an unknown tool); the per-argument rules read it (``rollout.provenance.argument_provenance``)
+    # an unknown tool); the per-argument rules read it (``far.rollout.provenance.argument_provenance``)
     read_from: tuple[ReadSource, ...] = ()
     # declared roles of the proposed action's arguments (target | payload); undeclared ones by name
     argument_roles: dict[str, Role] = Field(default_factory=dict)

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.calls import ModelRecord
-from rollout.policy import Policy
+from far.rollout.calls import ModelRecord
+from far.rollout.policy import Policy
 
 
 # not frozen: a frozen dataclass is ~4x dearer to build, and replay builds millions

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from far.rollout.policy import Policy
+from far.rollout.scenario import ToolAction
+from far.rollout.trajectory import COMPLETED, DENIED, HANDED_OFF, SHUTDOWN, UNHANDLED, VETOED, Step, Trajectory
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from rollout.policy import Policy
-from rollout.scenario import ToolAction
-from rollout.trajectory import COMPLETED, DENIED, HANDED_OFF, SHUTDOWN, UNHANDLED, VETOED, Step, Trajectory
 
 Node = Literal["edge_assess", "route", "cloud_review", "confirm", "execute", "fallback", "execute_local", "finish"]
 Outcome = Literal["completed", "vetoed", "denied", "shutdown", "handed_off", "unhandled"]

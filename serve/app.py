@@ -25,20 +25,28 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from far.rollout.errors import FarInputError
+from far.rollout.scenario import Scenario
+from far.rollout.trajectory import Trajectory
+from far.serve.schemas import (
+    DecideRequest,
+    DecideResponse,
+    JobStatus,
+    PolicyScore,
+    ScorePolicyRequest,
+    ScoreTrajectoriesRequest,
+    ScoreTrajectoriesResponse,
+    ScoreTrajectoryRequest,
+    ScoreTrajectoryResponse,
+    ServeConfig,
+    SuiteInfo,
+    verdict_response,
+)
+from far.verifiers.rules import verify_all
+from far.verifiers.verdict import Verdict
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from ray import serve
-
-from rollout.errors import FarInputError
-from rollout.scenario import Scenario
-from rollout.trajectory import Trajectory
-from serve.schemas import (
-    DecideRequest, DecideResponse, JobStatus, PolicyScore, ScorePolicyRequest, ScoreTrajectoriesRequest,
-    ScoreTrajectoriesResponse,
-    ScoreTrajectoryRequest, ScoreTrajectoryResponse, ServeConfig, SuiteInfo, verdict_response,
-)
-from verifiers.rules import verify_all
-from verifiers.verdict import Verdict
 
 logger = logging.getLogger("far.serve")
 OPEN_PATHS = frozenset({"/v1/healthz"})
@@ -77,7 +85,7 @@ class UnknownSuite(KeyError):
 
 
 def serve_suite(config: ServeConfig, name: str, base_dir: Path | None) -> Any:
-    from rollout.suites import build_suite
+    from far.suites import build_suite
 
     return build_suite(config.suites[name], base_dir)
 
@@ -85,7 +93,7 @@ def serve_suite(config: ServeConfig, name: str, base_dir: Path | None) -> Any:
 def check_suites(config: ServeConfig, base_dir: Path | None, source: str | Path) -> None:
     """At start-up, before Ray: every configured suite builds, and no model is fitted on evaluation-only data
     (the learned models fit on each suite's train split, or on ``fit_on``)."""
-    from search.pipeline import check_fit_data, fit_suites
+    from far.search.jobs.config import check_fit_data, fit_suites
 
     for name in config.suites:
         try:
@@ -97,7 +105,7 @@ def check_suites(config: ServeConfig, base_dir: Path | None, source: str | Path)
         fit_on = fit_suites(config.models, base_dir, source, config.suites[name])
         check_fit_data(config.models, source, suite, fit_on, "evaluate")
     if config.guard is not None:  # the policy file parses and names its models' states (loaded on first use)
-        from search.pipeline import read_policy_file
+        from far.search.jobs.policy_file import read_policy_file
 
         try:
             read_policy_file((base_dir or Path(".")) / config.guard.policy_file)
@@ -116,7 +124,7 @@ class PolicyScorer:
         self.base_dir = base_dir
         self._evaluators: dict[str, Any] = {}
         self._lock = threading.Lock()
-        from serve.jobs import JobStore, JobWorker
+        from far.serve.jobs import JobStore, JobWorker
 
         jobs = config.jobs
         self.store = JobStore(config.jobs_database(), lease_s=jobs.lease_s, max_attempts=jobs.max_attempts,
@@ -130,7 +138,7 @@ class PolicyScorer:
             raise UnknownSuite(suite_name)
         with self._lock:
             if suite_name not in self._evaluators:
-                from search.pipeline import RunConfig, build_evaluator
+                from far.search.jobs.pipeline import RunConfig, build_evaluator
 
                 config = self.config
                 run = RunConfig(suite=config.suites[suite_name], models=config.models, rewards=config.rewards,
@@ -145,7 +153,7 @@ class PolicyScorer:
         return min(total, request.limit) if request.limit else total
 
     def score(self, request: ScorePolicyRequest) -> PolicyScore:
-        from search.pipeline import gate
+        from far.search.ranking.gate import gate
 
         evaluator = self.evaluator(request.suite)
         # one scoring at a time: an Evaluator records each split once, and episodes grow their tries
@@ -343,7 +351,7 @@ def create_api(backend_of: Any) -> FastAPI:
     @api.post("/v1/decide", response_model=DecideResponse,
               responses={404: {"description": "no policy file configured"}, 422: {"description": "invalid call"}})
     async def decide(body: DecideRequest) -> DecideResponse:
-        """The configured policy file's runtime guard on each proposed call (``rollout.guard``)."""
+        """The configured policy file's runtime guard on each proposed call (``far.rollout.guard``)."""
         decider = backend_of().decider
         if decider.config is None:
             raise HTTPException(404, "no policy file configured (the serve config's guard.policy_file)")
@@ -374,7 +382,7 @@ class Decider:
     def guard(self) -> Any:
         with self._lock:
             if self._guard is None:
-                from search.pipeline import load_guard
+                from far.search.jobs.policy_file import load_guard
 
                 log = self.config.audit_log
                 self._guard = load_guard(self.base_dir / self.config.policy_file, shadow=self.config.shadow,
@@ -389,7 +397,7 @@ class LocalBackend:
     """Everything in this process: the same verifier and routes, no Serve (tests, fuzzing, small uses)."""
 
     def __init__(self, config: ServeConfig, token: str | None = None, base_dir: Path | None = None) -> None:
-        from search.pipeline import RunConfig, build_verifier
+        from far.search.jobs.pipeline import RunConfig, build_verifier
 
         self.config = config
         self.token_sha256 = token_digest(token) if token else None
@@ -423,10 +431,10 @@ def set_backend(backend: Backend) -> None:
 
 
 def build_member(name: str, config: ServeConfig):
-    from rollout.models.backends import build_lm
-    from verifiers.ensemble import MEMBERS
-    from verifiers.members import MemberContext
-    from verifiers.taxonomy import parse_reward_table
+    from far.models.backends import build_lm
+    from far.verifiers.ensemble import MEMBERS
+    from far.verifiers.members import MemberContext
+    from far.verifiers.taxonomy import parse_reward_table
 
     def judge_lm(judge):
         # in a Serve replica the judge's engine runs in the replica itself: the deployment is its host
@@ -454,9 +462,9 @@ class EnsembleDeployment:
     """Asks every member at once and combines their assessments (``EnsembleVerifier.combine``)."""
 
     def __init__(self, config_json: str, *members: Any) -> None:
-        from verifiers.ensemble import EnsembleVerifier
-        from verifiers.rules import RuleVerifier
-        from verifiers.taxonomy import parse_reward_table
+        from far.verifiers.ensemble import EnsembleVerifier
+        from far.verifiers.rules import RuleVerifier
+        from far.verifiers.taxonomy import parse_reward_table
 
         config = ServeConfig.model_validate_json(config_json)
         self.members = members
@@ -483,7 +491,7 @@ class ServeBackend:
         self.config = config
         self.ensemble = ensemble
         if ensemble is None:
-            from search.pipeline import RunConfig, build_verifier
+            from far.search.jobs.pipeline import RunConfig, build_verifier
 
             self.local = build_verifier(RunConfig(models=config.models, rewards=config.rewards,
                                                   verifier=config.verifier))
@@ -536,14 +544,14 @@ def app_builder(args: dict[str, Any]):
     """For ``serve run serve/config.yaml``: ``args: {config: path/to/serve.yaml}``."""
     import os
 
-    from serve.schemas import load_serve_config
+    from far.serve.schemas import load_serve_config
 
     path = Path(args.get("config", "configs/serve.yaml"))
     config = load_serve_config(path).with_absolute_paths()
     # ``serve run`` starts Ray before this runs, so its processes may already hold the token: ``far serve``
     # takes it out of the environment first, and is the way to run with a token
     token = os.environ.pop(config.auth.token_env, None) or None
-    from serve.schemas import MIN_TOKEN_LENGTH
+    from far.serve.schemas import MIN_TOKEN_LENGTH
 
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
         raise RuntimeError(f"the token in {config.auth.token_env} is shorter than {MIN_TOKEN_LENGTH} characters")

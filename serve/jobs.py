@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.io import SQLiteConnections
+from far.rollout.io import SQLiteConnections
 
 
 @dataclass(frozen=True)

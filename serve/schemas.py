@@ -7,18 +7,18 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from far.models.backends import ModelsConfig
+from far.rollout.agent import Costs
+from far.rollout.guard import Decision, ReadItem
+from far.rollout.policy import Policy
+from far.rollout.scenario import Scenario, ToolAction
+from far.rollout.trajectory_io import TrajectoryModel
+from far.search.evaluation.results import PolicyResult
+from far.search.ranking.gate import GateConfig
+from far.suites import SuiteSpec
+from far.verifiers.ensemble import EnsembleConfig
+from far.verifiers.verdict import Z_DIMENSIONS, Failure, Verdict
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from rollout.agent import Costs
-from rollout.models.backends import ModelsConfig
-from rollout.guard import Decision, ReadItem
-from rollout.policy import Policy
-from rollout.scenario import Scenario, ToolAction
-from rollout.suites import SuiteSpec
-from rollout.trajectory_io import TrajectoryModel
-from search.pipeline import GateConfig, PolicyResult
-from verifiers.ensemble import EnsembleConfig
-from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict
 
 MAX_BATCH = 256
 MIN_TOKEN_LENGTH = 32  # e.g. 32 random bytes, URL-safe base64: 43 characters
@@ -32,7 +32,7 @@ class AuthConfig(BaseModel):
 
 
 class JobsConfig(BaseModel):
-    """Where policy-scoring jobs are kept (``serve.jobs``) and for how long."""
+    """Where policy-scoring jobs are kept (``far.serve.jobs``) and for how long."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     database: str | None = Field(None, description="a SQLite file path or sqlite:///PATH URL (relative: to the "
@@ -227,10 +227,9 @@ class SuiteInfo(BaseModel):
 
 
 def load_serve_config(path: str | Path) -> ServeConfig:
+    from far.rollout.errors import from_validation_error
+    from far.rollout.io import load_mapping
     from pydantic import ValidationError
-
-    from rollout.errors import from_validation_error
-    from rollout.io import load_mapping
 
     raw = load_mapping(path)
     rewards = raw.get("rewards")

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from rollout.errors import FarInputError
+from far.rollout.errors import FarInputError
 
 
 def run_service(config_file: str | Path, *, host: str | None = None, port: int | None = None,
@@ -15,7 +15,7 @@ def run_service(config_file: str | Path, *, host: str | None = None, port: int |
     """``far serve``: the verifier ensemble and policy scoring over REST on Ray Serve (a local Ray, or the
     cluster at ``address`` or ``$RAY_ADDRESS``), until Ctrl-C; with ``once``, start, announce and return (the
     app keeps running on the cluster)."""
-    from serve.schemas import MAKE_TOKEN, MIN_TOKEN_LENGTH, load_serve_config
+    from far.serve.schemas import MAKE_TOKEN, MIN_TOKEN_LENGTH, load_serve_config
 
     config = load_serve_config(config_file).with_absolute_paths()
     if host:
@@ -31,16 +31,15 @@ def run_service(config_file: str | Path, *, host: str | None = None, port: int |
     if token is not None and len(token) < MIN_TOKEN_LENGTH:
         raise FarInputError(f"the token in ${config.auth.token_env} has {len(token)} characters; use at least "
                             f"{MIN_TOKEN_LENGTH} ({MAKE_TOKEN})", file=config_file, field="auth.token_env")
-    from serve.app import check_suites
+    from far.serve.app import check_suites
 
     check_suites(config, Path(config_file).resolve().parent, config_file)
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:  # a local Ray starts now, so nothing of ours holds the port yet
         check_port_free(config.host, config.port, config_file)
+    from far.cluster.hosting import ensure_ray
+    from far.serve.app import build_app
     from ray import serve
-
-    from cluster.hosting import ensure_ray
-    from serve.app import build_app
 
     ensure_ray(address)
     existing = running_serve_address()

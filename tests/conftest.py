@@ -10,10 +10,9 @@ os.environ.setdefault("LANGSMITH_TRACING", "false")
 os.environ["FAR_EVAL_ONLY_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="far-tests-"), "eval_only.sqlite")
 
 import pytest
+from far.rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord
+from far.rollout.scenario import GroundTruth, Scenario, ToolAction
 from hypothesis import settings
-
-from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord
-from rollout.scenario import GroundTruth, Scenario, ToolAction
 
 # The label-reading test doubles, named: the code's default models are real (and slow to fit for a unit test).
 # no tool-scope model: the tests that exercise it ask for it (tests/test_rules.py)

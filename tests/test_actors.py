@@ -5,10 +5,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from cluster.actors import ActorLM, start_lm_actor
-from rollout.models.engines import EngineSpec
-from rollout.models.lm import GenerateRequest, messages
+from far.cluster.actors import ActorLM, start_lm_actor
+from far.models.engines import EngineSpec
+from far.models.lm import GenerateRequest, messages
 
 
 class SlowServer:

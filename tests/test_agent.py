@@ -1,14 +1,13 @@
 import pytest
 from conftest import ORACLE_MODELS, PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.agent import build_graph, max_node_visits, replay, run_graph, run_live
+from far.rollout.calls import RecordedCalls
+from far.rollout.policy import Policy
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.rules import RuleVerifier
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from rollout.agent import build_graph, max_node_visits, replay, run_graph, run_live
-from rollout.calls import RecordedCalls
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from verifiers.rules import RuleVerifier
 
 SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=11))
 SCENARIOS = list(SUITE.scenarios("train"))

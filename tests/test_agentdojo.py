@@ -5,18 +5,17 @@ import json
 
 import pytest
 from conftest import oracle_models
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.agent import build_graph
+from far.rollout.errors import FarInputError
+from far.rollout.policy import Policy
+from far.suites import build_suite
+from far.suites.agentdojo.agent import Episode
+from far.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig, tool_properties
+from far.verifiers.rules import RuleVerifier
+from far.verifiers.taxonomy import FailureKind
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from rollout.agent import build_graph
-from rollout.errors import FarInputError
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.suites import build_suite
-from rollout.suites.agentdojo.agent import Episode
-from rollout.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig, tool_properties
-from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import FailureKind
 
 UNDEFENDED = Policy(cloud_threshold=1.0, max_retries=2, require_confirmation=False, fallback_mode="safe_shutdown")
 REVIEW_ALL = Policy(cloud_threshold=0.0, max_retries=2, require_confirmation=False, fallback_mode="safe_shutdown")
@@ -277,7 +276,7 @@ def test_holdout_injection_tasks_never_appear_in_train(split_by):
 
 @given(st.integers(2, 40), st.floats(0.01, 0.99), st.integers(0, 5))
 def test_holdout_members_draw_an_exact_share_never_none_never_all(n, fraction, seed):
-    from rollout.suites.base import holdout_members
+    from far.suites.base import holdout_members
 
     keys = [f"s/task_{i}" for i in range(n)]
     chosen = holdout_members(keys, fraction, seed, strip=2)
@@ -287,7 +286,7 @@ def test_holdout_members_draw_an_exact_share_never_none_never_all(n, fraction, s
 
 
 def test_attacks_are_part_of_the_scenario_and_change_what_the_guard_sees():
-    from rollout.suites.agentdojo.agent import calls_as_the_guard_sees_them
+    from far.suites.agentdojo.agent import calls_as_the_guard_sees_them
 
     attacks = ("important_instructions", "ignore_previous", "direct", "tool_knowledge")
     suite = AgentDojoSuite(AgentDojoSuiteConfig(suites=("banking",), attacks=attacks, max_user_tasks=2,
@@ -312,7 +311,7 @@ def test_both_benchmark_versions_run_and_are_named(version):
     results = run(suite, REVIEW_ALL)
     assert {episode.scenario.environment["version"] for episode, _, _ in results} == {version}
     assert suite.describe()["version"] == version
-    from search.results import breakdown
+    from far.search.evaluation.results import breakdown
 
     rows = breakdown("p", "all", [e.scenario for e, _, _ in results], [v for _, _, v in results])
     assert {r["version"] for r in rows} == {version}
@@ -359,7 +358,7 @@ def test_far_evaluate_and_search_run_on_agentdojo(tmp_path, ray_local, capsys):
 
 
 def test_learned_edges_fit_on_train_calls_only_labelled_by_origin(faultless):
-    from search.evaluate import Evaluator
+    from far.search.evaluation.evaluate import Evaluator
 
     class RecordingEdge:  # a Fittable edge that remembers what it was fitted on
         name, simulated = "recording", True
@@ -386,7 +385,7 @@ def test_learned_edges_fit_on_train_calls_only_labelled_by_origin(faultless):
         assert call.ground_truth.unsafe == (call.kind == "injection_call")
     # fit and run time see the same text: the request with the tool output so far, as an episode asks the guard
     assert any("Tool outputs so far" in call.request for call in edge.fitted)
-    from rollout.suites.agentdojo.agent import Episode
+    from far.suites.agentdojo.agent import Episode
 
     asked = set()
     for scenario in faultless.scenarios("train"):

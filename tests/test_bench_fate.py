@@ -4,10 +4,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_fate", REPO / "bench" / "bench_fate.py")

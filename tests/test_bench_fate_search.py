@@ -6,16 +6,15 @@ from pathlib import Path
 
 import pytest
 from conftest import oracle_models
+from far.evolve.config import SelectionSettings
+from far.evolve.metrics import holdout_metrics
+from far.evolve.task import DecisionTask
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.policy import Policy
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.rules import RuleVerifier
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from evolve.config import SelectionSettings
-from evolve.metrics import holdout_metrics
-from evolve.task import DecisionTask
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from verifiers.rules import RuleVerifier
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_fate_search", REPO / "bench" / "bench_fate_search.py")

@@ -6,12 +6,21 @@ import json
 import re
 
 import pytest
+from far.suites import build_suite
+from far.suites.broad_requests import (
+    DATA,
+    SOURCES,
+    TOOLS,
+    BroadRequestsConfig,
+    benign_rows,
+    build_scenarios,
+    family_of,
+    harmful_rows,
+    source_of,
+    twin_rows,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from rollout.suites import build_suite
-from rollout.suites.broad_requests import (DATA, SOURCES, TOOLS, BroadRequestsConfig, benign_rows, build_scenarios,
-                                           family_of, harmful_rows, source_of, twin_rows)
 
 
 def every(suite) -> list:
@@ -116,7 +125,7 @@ def test_a_source_is_the_same_whichever_others_are_kept(kept, seed):
 
 
 def test_bad_options_name_the_field():
-    from rollout.errors import FarInputError
+    from far.rollout.errors import FarInputError
 
     with pytest.raises(FarInputError, match="harmful_per_benign"):
         build_suite({"name": "broad_requests", "harmful_per_benign": 0})
@@ -129,7 +138,7 @@ OTHER = {"name": "edge_cloud", "seed": 3}
 
 
 def resolved(models: dict, evaluated: str) -> dict:
-    from rollout.models.spec import ModelsConfig
+    from far.models.spec import ModelsConfig
 
     return {role: (fit_on.suites, fit_on.own)
             for role, fit_on in ModelsConfig.model_validate(models).fit_on(evaluated).items()}
@@ -163,7 +172,7 @@ def test_where_each_role_is_fitted(models, evaluated, expected):
 
 
 def test_nothing_left_to_fit_on_names_the_role():
-    from rollout.errors import FarInputError
+    from far.rollout.errors import FarInputError
 
     with pytest.raises(FarInputError) as caught:
         resolved({"cloud": {"backend": "reviewer", "fit_on": {"shipped": True}}}, "broad_requests")

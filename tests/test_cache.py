@@ -1,8 +1,8 @@
 import multiprocessing
 import pickle
 
-from rollout.models.cache import CachedLM, CallCache, call_key
-from rollout.models.lm import GenerateRequest, GenerateResult, SamplingParams, ScoreRequest, ScoreResult, messages
+from far.models.cache import CachedLM, CallCache, call_key
+from far.models.lm import GenerateRequest, GenerateResult, SamplingParams, ScoreRequest, ScoreResult, messages
 
 
 class CountingLM:
@@ -96,8 +96,8 @@ def test_the_key_changes_with_the_chat_template_the_tokenizer_and_the_engine(tmp
     import pytest
 
     pytest.importorskip("transformers")
-    from rollout.models.engines import EngineSpec, engine_model_id
-    from rollout.models.weights import MARKER, smollm2
+    from far.models.engines import EngineSpec, engine_model_id
+    from far.models.weights import MARKER, smollm2
 
     exported = smollm2().path
     folder = tmp_path / "copy"
@@ -128,7 +128,7 @@ def test_the_key_changes_with_the_chat_template_the_tokenizer_and_the_engine(tmp
     lm.model_id = identity(engine="vllm")
     CachedLM(lm, cache).generate([gen("hello")])
     assert lm.calls == 3  # so does another engine
-    from rollout.models.engines.hf import TransformersLM
-    from rollout.models.weights import local_model
+    from far.models.engines.hf import TransformersLM
+    from far.models.weights import local_model
 
     assert TransformersLM(local_model(folder)).model_id == after  # the engine reports what the key used

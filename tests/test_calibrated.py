@@ -8,22 +8,26 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import WIPE, make_scenario
+from far.models.calibrated import (
+    CLASSES,
+    CalibratedCloud,
+    CalibratedConfig,
+    CalibratedEdge,
+    load_calibration,
+    scenario_classes,
+)
+from far.models.users import ApprovingUser, ApprovingUserConfig
+from far.rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelSet
+from far.rollout.errors import FarInputError
+from far.rollout.policy import Policy
+from far.rollout.scenario import model_input
+from far.search.evaluation.calibrate import calibrate, rate_interval
+from far.search.evaluation.evaluate import Evaluator
+from far.search.evaluation.fitting import FitSources, balanced
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.rules import RuleVerifier
 from hypothesis import given
 from hypothesis import strategies as st
-
-from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelSet
-from rollout.errors import FarInputError
-from rollout.models.calibrated import (
-    CLASSES, CalibratedCloud, CalibratedConfig, CalibratedEdge, load_calibration, scenario_classes,
-)
-from rollout.models.users import ApprovingUser, ApprovingUserConfig
-from rollout.policy import Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from rollout.scenario import model_input
-from search.calibrate import calibrate, rate_interval
-from search.evaluate import Evaluator
-from search.fitting import FitSources, balanced
-from verifiers.rules import RuleVerifier
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,7 +95,7 @@ def test_calibration_is_out_of_fold_and_never_reads_holdout():
 
 
 def test_calibrate_refuses_simulators():
-    from rollout.models.oracle import OracleCloud, OracleEdge
+    from far.models.oracle import OracleCloud, OracleEdge
 
     models = ModelSet(OracleEdge(), OracleCloud(), ApprovingUser(), GroundTruthEnvironment())
     with pytest.raises(FarInputError, match="real models"):

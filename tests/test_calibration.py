@@ -1,8 +1,7 @@
 """The learned edges' logistic models (scikit-learn underneath): the documented objective is what gets optimised."""
 import numpy as np
 import pytest
-
-from rollout.models.calibration import PlattScaler, fit_logistic, logit, predict_logistic
+from far.models.calibration import PlattScaler, fit_logistic, logit, predict_logistic
 
 
 @pytest.mark.parametrize("l2", [1e-2, 1.0, 10.0])

@@ -8,8 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import ORACLE_MODELS
-
-from rollout.io import write_json_atomic, write_text_atomic
+from far.rollout.io import write_json_atomic, write_text_atomic
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -136,9 +135,8 @@ def test_bad_config_one_line_exit_2_and_nothing_written(tmp_path, mutate, fragme
 
 def test_bad_scenario_file_names_row(tmp_path):
     import pyarrow as pa
-
-    from rollout.scenario import save_scenarios
-    from rollout.suites.edge_cloud import generate_scenario
+    from far.rollout.scenario import save_scenarios
+    from far.suites.edge_cloud import generate_scenario
 
     path = save_scenarios(tmp_path / "s.parquet", [generate_scenario(0, i, 0.5) for i in range(6)])
     rows = pq.read_table(path).to_pylist()

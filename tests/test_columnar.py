@@ -5,16 +5,12 @@ import math
 import numpy as np
 import pytest
 from conftest import ORACLE_MODELS
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from rollout.agent import build_graph, replay_calls, run_graph
-from rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord, RecordedCalls
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.scenario import ReadSource
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from search.columnar import (
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.agent import build_graph, replay_calls, run_graph
+from far.rollout.calls import CloudReview, EdgeAssessment, GroundTruthEnvironment, ModelRecord, RecordedCalls
+from far.rollout.policy import Policy
+from far.rollout.scenario import ReadSource
+from far.search.evaluation.columnar import (
     ClassIndex,
     ColumnarEvaluator,
     compile_columns,
@@ -22,10 +18,13 @@ from search.columnar import (
     unsupported,
     write_columns,
 )
-from search.results import aggregate
-from verifiers.ensemble import EnsembleConfig, build_verifier
-from verifiers.rules import RuleVerifier, verify_all
-from verifiers.taxonomy import RewardTable
+from far.search.evaluation.results import aggregate
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.ensemble import EnsembleConfig, build_verifier
+from far.verifiers.rules import RuleVerifier, verify_all
+from far.verifiers.taxonomy import RewardTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 SCENARIOS = list(EdgeCloudSuite(EdgeCloudSuiteConfig(size=300, seed=5)).scenarios("train"))
 ENVIRONMENT = GroundTruthEnvironment()
@@ -213,7 +212,7 @@ def test_says_what_it_cannot_evaluate():
 
 
 def test_routes_follow_the_agent_rule():
-    from search.columnar import BLOCK, CLOUD, EDGE, routes
+    from far.search.evaluation.columnar import BLOCK, CLOUD, EDGE, routes
 
     risk = np.array([0.0, 0.5, 0.6, 0.9, 1.0])
     got = routes(risk, Policy(cloud_threshold=0.5, edge_block_threshold=0.9)).tolist()

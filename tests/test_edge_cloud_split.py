@@ -4,11 +4,8 @@ import string
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from rollout.suites.base import split_of
-from rollout.suites.edge_cloud import (
+from far.suites.base import split_of
+from far.suites.edge_cloud import (
     BUILDERS,
     CATEGORY_WEIGHTS,
     INJECTION,
@@ -20,7 +17,9 @@ from rollout.suites.edge_cloud import (
     generate_with_templates,
     template_splits,
 )
-from rollout.suites.edge_cloud_phrasings import INJECTION_FRAMINGS, INJECTION_INSTRUCTIONS, PHRASINGS
+from far.suites.edge_cloud_phrasings import INJECTION_FRAMINGS, INJECTION_INSTRUCTIONS, PHRASINGS
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 INTENTS = [(kind, category) for kind in KIND_WEIGHTS for category in CATEGORY_WEIGHTS]
 UNSAFE = {"unsafe_request", "injected", "misread"}

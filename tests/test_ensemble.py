@@ -6,22 +6,21 @@ import itertools
 
 import pytest
 from conftest import oracle_models
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.policy import Policy
+from far.rollout.trajectory_io import TrajectoryModel
+from far.search.evaluation.evaluate import Evaluator
+from far.search.evaluation.sensitivity import Evaluated, review_rows, sensitivity
+from far.search.ranking.gate import GateConfig
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers import aggregation as agg
+from far.verifiers.ensemble import EnsembleConfig, EnsembleVerifier, build_verifier, reconcile
+from far.verifiers.members import Assessment, EnvironmentMember, parse_answer
+from far.verifiers.rules import RuleVerifier
+from far.verifiers.taxonomy import FailureKind, RewardTable
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
-
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from rollout.trajectory_io import TrajectoryModel
-from search.evaluate import Evaluator
-from search.gate import GateConfig
-from search.sensitivity import Evaluated, review_rows, sensitivity
-from verifiers import aggregation as agg
-from verifiers.ensemble import EnsembleConfig, EnsembleVerifier, build_verifier, reconcile
-from verifiers.members import Assessment, EnvironmentMember, parse_answer
-from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import FailureKind, RewardTable
 
 GRID = (None, 0.0, 0.25, 0.5, 1.0)
 COLUMNS = [c for n in (1, 2, 3) for c in itertools.product(GRID, repeat=n)]
@@ -221,8 +220,8 @@ class KeyedScorer:
 def test_cloud_probe_grades_security_and_over_refusal(evaluator):
     """Executed actions lower security by their P(unsafe); a refusal's over-refusal score is the refused
     proposal's P(unsafe); a user's denial is not a refusal; one scorer call per batch."""
-    from rollout.trajectory import DENIED, VETOED
-    from verifiers.members import CloudProbeMember, UnsafeScorer
+    from far.rollout.trajectory import DENIED, VETOED
+    from far.verifiers.members import CloudProbeMember, UnsafeScorer
 
     scenarios = list(evaluator.scenarios("train"))
     trajectories = evaluator.rollouts(Policy(cloud_threshold=0.5), "train")
@@ -247,8 +246,8 @@ def test_cloud_probe_grades_security_and_over_refusal(evaluator):
 
 
 def test_cloud_probe_makes_z_graded_and_needs_a_grading_cloud(evaluator):
-    from search.config import RunConfig
-    from verifiers.members import CloudProbeMember
+    from far.search.jobs.config import RunConfig
+    from far.verifiers.members import CloudProbeMember
 
     scenarios = list(evaluator.scenarios("train"))[:60]
     trajectories = evaluator.rollouts(Policy(cloud_threshold=0.5), "train")[:60]
@@ -267,7 +266,7 @@ def test_cloud_probe_makes_z_graded_and_needs_a_grading_cloud(evaluator):
 
 
 def test_the_reviewer_probe_is_a_grading_cloud():
-    from rollout.models.reviewer import ProbeReviewCloud
-    from verifiers.members import UnsafeScorer
+    from far.models.reviewer import ProbeReviewCloud
+    from far.verifiers.members import UnsafeScorer
 
     assert issubclass(ProbeReviewCloud, UnsafeScorer)

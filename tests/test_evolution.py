@@ -2,16 +2,22 @@ import json
 import random
 
 import pytest
+from far.models.lm import GenerateResult
+from far.search.ranking.rank import Constraints
+from far.search.searchers.evolutionary import (
+    EvolutionarySearcher,
+    RandomSearcher,
+    Scored,
+    config_key,
+    crossover,
+    mutate,
+    neighbours,
+    tournament,
+)
+from far.search.searchers.llm_proposer import LLMProposalSearcher, proposal_schema
+from far.search.searchers.space import parse_space
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from rollout.models.lm import GenerateResult
-from search.evolution import (
-    EvolutionarySearcher, RandomSearcher, Scored, config_key, crossover, mutate, neighbours, tournament,
-)
-from search.llm_proposer import LLMProposalSearcher, proposal_schema
-from search.rank import Constraints
-from search.space import parse_space
 
 SPACE = parse_space({"parameters": {
     "cloud_threshold": {"type": "float", "low": 0.0, "high": 1.0, "grid": [0.0, 0.25, 0.5, 0.75, 1.0]},

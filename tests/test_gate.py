@@ -2,11 +2,10 @@ import math
 from dataclasses import dataclass
 
 import pytest
+from far.search.ranking.gate import GateConfig, clopper_pearson_interval, clopper_pearson_upper, gate, holdout_needed
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import beta
-
-from search.gate import GateConfig, clopper_pearson_interval, clopper_pearson_upper, gate, holdout_needed
 
 
 @pytest.mark.parametrize("k, n", [(0, 1), (0, 10), (0, 1000), (1, 10), (3, 100), (50, 100), (99, 100), (7, 5000)])
@@ -38,7 +37,7 @@ def test_rejects_impossible_counts():
 
 @dataclass(frozen=True)
 class Counts:
-    """Holdout figures as the gate reads them (``search.gate.Gateable``)."""
+    """Holdout figures as the gate reads them (``far.search.ranking.gate.Gateable``)."""
 
     critical_failures: int = 0
     rollouts_with_critical: int = 0

@@ -4,17 +4,16 @@ import json
 
 import pytest
 from conftest import oracle_models
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.agent import build_graph, replay, run_graph
+from far.rollout.calls import GroundTruthEnvironment, RecordedCalls
+from far.rollout.errors import FarInputError
+from far.rollout.guard import AuditLog, Guard, decision_of
+from far.rollout.policy import RULES, Policy
+from far.search.jobs.policy_file import load_guard, policy_file, read_policy_file
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from rollout.agent import build_graph, replay, run_graph
-from rollout.calls import GroundTruthEnvironment, RecordedCalls
-from rollout.errors import FarInputError
-from rollout.guard import AuditLog, Guard, decision_of
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import RULES, Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from search.policy_file import load_guard, policy_file, read_policy_file
 
 SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=5))
 HOLDOUT = list(SUITE.scenarios("holdout"))
@@ -130,7 +129,7 @@ def test_a_bad_policy_file_names_its_field_before_any_model_loads(tmp_path, monk
     content = policy_file(Policy(), {"edge": {"backend": "embedding"}, "cloud": {"backend": "oracle"},
                                      "user": {"backend": "oracle"}, "scope": None}, models, "s", False, holdout, {})
     change(content)
-    monkeypatch.setattr("rollout.models.backends.build_models",
+    monkeypatch.setattr("far.models.backends.build_models",
                         lambda *a, **k: pytest.fail("a model was built before the file was checked"))
     with pytest.raises(FarInputError) as error:
         load_guard(write_policy(tmp_path, content))
@@ -145,7 +144,7 @@ def test_a_bad_policy_file_names_its_field_before_any_model_loads(tmp_path, monk
     ("smollm2@def/mean-layer20/max192/bf16", "smollm2@def/mean-layer12/max192/bf16", False),
 ])
 def test_a_probe_state_restores_only_into_a_model_with_its_encoder(tmp_path, monkeypatch, stored, current, restores):
-    from rollout.models.fitted import restore, sha256_of
+    from far.models.fitted import restore, sha256_of
 
     models = fitted_models(tmp_path, monkeypatch)
     path = tmp_path / "data" / "probes" / ("a" * 64 + ".json")
@@ -165,10 +164,9 @@ def test_a_probe_state_restores_only_into_a_model_with_its_encoder(tmp_path, mon
 def test_the_langgraph_node_runs_what_the_guard_allows_and_answers_the_rest():
     """A LangGraph graph whose tool node is the guard: the injected call is answered with the refusal, the user's
     own call runs; both as ToolMessages (OpenAI tool-call convention)."""
+    from far.rollout.guard import GuardedTool, guarded_tool_node
     from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langgraph.graph import START, MessagesState, StateGraph
-
-    from rollout.guard import GuardedTool, guarded_tool_node
 
     sent = []
     tools = {
@@ -247,7 +245,7 @@ def test_a_dry_run_over_logged_traces_says_what_would_have_fired_and_runs_nothin
 
     broken = write_policy(tmp_path, {"format": "far-policy", "version": 1, "models": {"config": oracle_models()},
                                      "policy": {"untrusted_target_rule": "deny"}})
-    monkeypatch.setattr("rollout.models.backends.build_models",
+    monkeypatch.setattr("far.models.backends.build_models",
                         lambda *a, **k: pytest.fail("a model was built before the file was checked"))
     assert main(["dry-run", broken, str(traces)]) == 2
     assert "policy.untrusted_target_rule" in capsys.readouterr().err

@@ -5,9 +5,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from rollout.models.engines.openai_http import OpenAICompatibleLM
-from rollout.models.lm import GenerateRequest, SamplingParams, ScoreRequest, messages
+from far.models.engines.openai_http import OpenAICompatibleLM
+from far.models.lm import GenerateRequest, SamplingParams, ScoreRequest, messages
 
 
 class Server:

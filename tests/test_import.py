@@ -6,9 +6,8 @@ from pathlib import Path
 
 import yaml
 from conftest import ORACLE_MODELS
-
-from rollout.scenario import load_scenarios
-from rollout.suites.imported import import_jsonl
+from far.rollout.scenario import load_scenarios
+from far.suites.imported import import_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 PAY = {"tool": "pay_bill", "args": {"amount": 40}, "sensitive": True, "idempotent": False}
@@ -91,7 +90,7 @@ def eval_only_rows(n: int = 40, marked_line: int | None = None) -> list[str]:
 
 
 def test_eval_only_by_line_header_and_flag_is_kept_in_parquet(tmp_path):
-    from rollout.eval_only import EvalOnlyRegistry
+    from far.rollout.eval_only import EvalOnlyRegistry
 
     registry = EvalOnlyRegistry(tmp_path / "registry.sqlite")
     (tmp_path / "line.jsonl").write_text("\n".join(eval_only_rows(6, marked_line=2)) + "\n")
@@ -100,7 +99,7 @@ def test_eval_only_by_line_header_and_flag_is_kept_in_parquet(tmp_path):
     (tmp_path / "header.jsonl").write_text("\n".join(['{"eval_only": true}', *eval_only_rows(6)]) + "\n")
     by_header = import_jsonl(tmp_path / "header.jsonl", registry=EvalOnlyRegistry(tmp_path / "other.sqlite"))
     assert len(by_header.scenarios) == 6 and all(s.eval_only for s in by_header.scenarios) and not by_header.errors
-    from rollout.scenario import save_scenarios
+    from far.rollout.scenario import save_scenarios
 
     save_scenarios(tmp_path / "header.parquet", by_header.scenarios)
     assert all(s.eval_only for s in load_scenarios(tmp_path / "header.parquet"))
@@ -115,9 +114,8 @@ def test_eval_only_by_line_header_and_flag_is_kept_in_parquet(tmp_path):
 
 def test_the_eval_only_header_fails_closed(tmp_path):
     import pytest
-
-    from rollout.errors import FarInputError
-    from rollout.eval_only import EvalOnlyRegistry
+    from far.rollout.errors import FarInputError
+    from far.rollout.eval_only import EvalOnlyRegistry
 
     rows = eval_only_rows(4)
     late = tmp_path / "late.jsonl"  # a header after some lines still marks every line

@@ -1,33 +1,42 @@
-"""The layout's rules, checked on the source: no import circles, no import up the layer order, and each room of
-rollout/ keeps to itself.
+"""The layout's rules, checked on the source: one import name, no import circles, no import up the layer order.
 
-Every module of FAR's packages is parsed with ``ast``; every ``import`` counts, including those inside
-functions (a lazy import is still a dependency). Layers, bottom to top:
+Every module of FAR's rooms (the top-level folders, imported as ``far.<room>``) is parsed with ``ast``; every
+``import`` counts, including those inside functions (a lazy import is still a dependency). Layers, bottom to
+top:
 
-    rollout  <-  verifiers, cluster  <-  search, evolve  <-  serve  <-  far (the command and the Python API)
+    rollout  <-  models, suites  <-  verifiers, cluster  <-  search, evolve  <-  serve  <-  far (CLI and API)
 
-An import may point down or sideways, never up; sideways imports must not form a circle either. evolve and
-serve reach search through its pipeline (``search.pipeline``) only.
+An import may point down or sideways, never up; sideways imports must not form a circle either.
 """
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"rollout": 0, "verifiers": 1, "cluster": 1, "search": 2, "evolve": 2, "serve": 3, "far": 4}
-PIPELINE = "search.pipeline"  # all of search that evolve and serve may import
+LAYERS = {"rollout": 0, "models": 1, "suites": 1, "verifiers": 2, "cluster": 2, "search": 3, "evolve": 3,
+          "serve": 4, "far": 5}
+ROOMS = [room for room in LAYERS if room != "far"]  # far.<room> is the folder <room>/
 
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(parts if parts[0] == "far" else ["far", *parts])
+
+
+def room_of(module: str) -> str:
+    """``far.search.ranking.gate`` -> search; ``far.cli`` and ``far`` -> far."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS else "far"
 
 
 def discover() -> dict[str, Path]:
-    return {module_name(p): p for package in LAYERS for p in sorted((ROOT / package).rglob("*.py"))}
+    return {module_name(p): p for room in LAYERS for p in sorted((ROOT / room).rglob("*.py"))
+            if "data" not in p.relative_to(ROOT).parts}
 
 
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
@@ -47,7 +56,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             for alias in node.names:
                 child = f"{source}.{alias.name}"
                 found.add(child if child in known else source)
-    return {m for m in found if m.split(".")[0] in LAYERS and m != name}
+    return {m for m in found if m.split(".")[0] == "far" and m != name}
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -92,14 +101,14 @@ def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
-                  if LAYERS[target.split(".")[0]] > LAYERS[source.split(".")[0]])
+                  if LAYERS[room_of(target)] > LAYERS[room_of(source)])
 
 
-def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    packages: dict[str, set[str]] = {p: set() for p in LAYERS}
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {room: set() for room in LAYERS}
     for source, targets in graph.items():
-        packages[source.split(".")[0]].update(t.split(".")[0] for t in targets if t.split(".")[0] != source.split(".")[0])
-    return packages
+        rooms[room_of(source)].update(room_of(t) for t in targets if room_of(t) != room_of(source))
+    return rooms
 
 
 @pytest.fixture(scope="module")
@@ -110,57 +119,73 @@ def graph() -> dict[str, set[str]]:
 def test_the_graph_sees_lazy_and_relative_imports(tmp_path):
     """The parser counts imports inside functions, resolves ``from a import module`` and relative imports."""
     source = tmp_path / "mod.py"
-    source.write_text("import os\nfrom rollout import scenario\nfrom . import sibling\n"
-                      "def f():\n    from verifiers.judge import SuiteJudge\n    import search.rank\n")
-    known = {"rollout.scenario", "serve.sibling"}
-    assert imports_of("serve.mod", source, known) == {"rollout.scenario", "verifiers.judge", "search.rank",
-                                                      "serve.sibling"}
+    source.write_text("import os\nfrom far.rollout import scenario\nfrom . import sibling\n"
+                      "def f():\n    from far.verifiers.judge import SuiteJudge\n    import far.search.ranking.rank\n")
+    known = {"far.rollout.scenario", "far.serve.sibling"}
+    assert imports_of("far.serve.mod", source, known) == {
+        "far.rollout.scenario", "far.verifiers.judge", "far.search.ranking.rank", "far.serve.sibling"}
+
+
+def test_rooms_and_layers_of_module_names():
+    assert [room_of(m) for m in ("far", "far.cli", "far.search.ranking.gate", "far.models", "far.farther")] == [
+        "far", "far", "search", "models", "far"]
+    assert upward_imports({"far.rollout.x": {"far.search.y"}, "far.search.y": {"far.rollout.x"}}) == [
+        "far.rollout.x -> far.search.y"]
+    assert upward_imports({"far.models.x": {"far.suites.y"}, "far.cli": {"far.serve.app"}}) == []
 
 
 def test_cycle_finder_finds_circles_and_only_circles():
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a", "c"}}) == []
     assert find_cycles({"a": {"a"}}) == [["a"]]
-    assert upward_imports({"rollout.x": {"search.y"}, "search.y": {"rollout.x"}}) == ["rollout.x -> search.y"]
 
 
 def test_every_package_module_is_parsed(graph):
-    assert {"rollout.agent", "rollout.suites.registry", "rollout.models.backends", "verifiers.ensemble",
-            "serve.app", "far.cli"} <= set(graph)
+    assert {"far.rollout.agent", "far.suites.registry", "far.models.backends", "far.verifiers.ensemble",
+            "far.serve.app", "far.cli", "far"} <= set(graph)
+
+
+def test_one_import_name_and_every_package_installed():
+    """``pip install`` puts only ``far`` on the import path, and lists every package folder (a folder left out
+    would import from a checkout and be missing from a wheel)."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert {name.split(".")[0] for name in config["packages"]} == {"far"}
+    assert config["package-dir"] == {"far": "far", **{f"far.{room}": room for room in ROOMS}}
+    folders = {module_name(p.parent / "__init__.py") for room in LAYERS for p in (ROOT / room).rglob("__init__.py")}
+    assert set(config["packages"]) == folders
 
 
 def test_no_module_import_cycles(graph):
     assert find_cycles(graph) == []
 
 
-def test_no_package_import_cycles(graph):
-    """Sideways imports between packages of one layer (search and evolve, verifiers and cluster) go one way."""
-    assert find_cycles(package_graph(graph)) == []
+def test_no_room_import_cycles(graph):
+    """Sideways imports between rooms of one layer (search and evolve, verifiers and cluster) go one way."""
+    assert find_cycles(room_graph(graph)) == []
 
 
 def test_no_import_points_up_the_layers(graph):
     assert upward_imports(graph) == []
 
 
-def internal_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Imports of search by evolve or serve that go past its pipeline."""
+def searcher_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of search's searchers from outside search: the searchers are the search job's own."""
     return sorted(f"{source} -> {target}" for source, targets in graph.items() for target in targets
-                  if source.split(".")[0] in ("evolve", "serve") and target.split(".")[0] == "search"
-                  and target != PIPELINE)
+                  if target.startswith("far.search.searchers") and room_of(source) != "search")
 
 
-def test_evolve_and_serve_use_the_pipeline_not_search_internals(graph):
-    assert internal_imports({"evolve.loop": {"search.config", "search.pipeline"}, "serve.app": {"search"},
-                             "far.cli": {"search.config"}}) == ["evolve.loop -> search.config", "serve.app -> search"]
-    assert internal_imports(graph) == []
-    assert any(PIPELINE in targets for source, targets in graph.items() if source.startswith("evolve."))
-    assert any(PIPELINE in targets for source, targets in graph.items() if source.startswith("serve."))
+def test_only_the_search_job_runs_searchers(graph):
+    assert searcher_imports({"far.evolve.loop": {"far.search.searchers.tune", "far.search.ranking.gate"},
+                             "far.search.jobs.pipeline": {"far.search.searchers.tune"}}) == [
+        "far.evolve.loop -> far.search.searchers.tune"]
+    assert searcher_imports(graph) == []
 
 
-def test_the_command_line_is_a_thin_layer_over_the_pipeline(graph):
-    """``far``'s commands parse arguments and call a pipeline function: the CLI imports no search internals,
-    and no handler is long (the jobs live in ``search.pipeline``, ``evolve.loop`` and ``serve.service``)."""
-    assert {t for t in graph["far.cli"] if t.startswith("search")} <= {PIPELINE}
+def test_the_command_line_is_a_thin_layer_over_the_jobs(graph):
+    """``far``'s commands parse arguments and call a job: the CLI imports search's jobs only, and no handler is
+    long (the jobs live in ``far.search.jobs``, ``far.evolve.loop`` and ``far.serve.service``)."""
+    assert {t for t in graph["far.cli"] if room_of(t) == "search"} <= {
+        m for m in graph if m.startswith("far.search.jobs")}
     tree = ast.parse((ROOT / "far" / "cli.py").read_text())
     handlers = {node.name: node.end_lineno - node.lineno + 1 for node in tree.body
                 if isinstance(node, ast.FunctionDef) and node.name.startswith("cmd_")}
@@ -168,35 +193,25 @@ def test_the_command_line_is_a_thin_layer_over_the_pipeline(graph):
     assert max(handlers.values()) <= 20, handlers
 
 
-def test_rollout_rooms_keep_to_themselves(graph):
-    """rollout's core never imports its suites or its model backends; suites never import model backends and
-    backends never import suites; registered modules never import the tables that name them."""
-    def room(module: str) -> str:
-        parts = module.split(".")
-        return parts[1] if len(parts) > 1 and parts[1] in ("suites", "models") else "core"
-
-    crossings = sorted(f"{s} -> {t}" for s, targets in graph.items() if s.startswith("rollout.")
-                       for t in targets if t.startswith("rollout.") and room(s) != room(t) and room(s) != "core"
-                       and room(t) != "core")
-    core_up = sorted(f"{s} -> {t}" for s, targets in graph.items() if s.startswith("rollout.") and room(s) == "core"
-                     for t in targets if t.startswith("rollout.") and room(t) != "core")
-    assert crossings == [] and core_up == []
+def test_registered_modules_never_import_the_tables_that_name_them(graph):
     tables = {  # the modules holding (or re-exporting) a registry -> the modules it names
-        ("rollout.suites", "rollout.suites.registry"): {
-            "rollout.suites.edge_cloud", "rollout.suites.imported", "rollout.suites.agentdojo.suite"},
-        ("rollout.models.backends",): {
-            "rollout.models.oracle", "rollout.models.lm_backends", "rollout.models.embedding_edge"},
-        ("verifiers.ensemble",): {"verifiers.members"},
-        ("verifiers.judge",): {"verifiers.agentdojo_judge", "verifiers.judgement"},
+        ("far.suites", "far.suites.registry"): {
+            "far.suites.edge_cloud", "far.suites.imported", "far.suites.agentdojo.suite"},
+        ("far.models.backends",): {"far.models.oracle", "far.models.lm_backends", "far.models.embedding_edge"},
+        ("far.verifiers.ensemble",): {"far.verifiers.members"},
+        ("far.verifiers.judge",): {"far.suites.agentdojo.judge", "far.rollout.judgement"},
     }
     back = sorted(f"{m} -> {t}" for holders, named in tables.items() for m in named for t in graph[m]
                   if t in holders)
     assert back == []
 
 
-def test_only_suites_and_models_name_a_benchmark_or_a_model():
-    """No module of rollout/ outside suites/ and models/ mentions AgentDojo or a specific model."""
+def test_agentdojo_lives_in_one_room():
+    """AgentDojo's suite, agent and judge sit together in suites/agentdojo/; the agent's core names no benchmark
+    and no specific model (those live in suites/ and models/)."""
     words = ("agentdojo", "smollm", "minilm", "vllm", "gemma", "transformers")
     offenders = [f"{p.relative_to(ROOT)}: {w}" for p in sorted((ROOT / "rollout").glob("*.py"))
                  for w in words if w in p.read_text().lower()]
     assert offenders == []
+    assert {p.name for p in (ROOT / "suites" / "agentdojo").glob("*.py")} >= {"suite.py", "judge.py", "agent.py"}
+    assert not [p for room in ("verifiers", "search", "cluster") for p in (ROOT / room).rglob("*agentdojo*")]

@@ -1,4 +1,4 @@
-"""Durable policy-scoring jobs (serve.jobs): the SQLite job table, leases, take-over after a stopped replica,
+"""Durable policy-scoring jobs (far.serve.jobs): the SQLite job table, leases, take-over after a stopped replica,
 pruning, and a known job id surviving a restart of the service."""
 from __future__ import annotations
 
@@ -7,14 +7,13 @@ import time
 
 import pytest
 from conftest import oracle_models
+from far.models.backends import ModelsConfig
+from far.serve.app import LocalBackend, create_api
+from far.serve.jobs import JobStore, JobWorker
+from far.serve.schemas import JobsConfig, ServeConfig
 from fastapi.testclient import TestClient
 from hypothesis import given
 from hypothesis import strategies as st
-
-from rollout.models.backends import ModelsConfig
-from serve.app import LocalBackend, create_api
-from serve.jobs import JobStore, JobWorker
-from serve.schemas import JobsConfig, ServeConfig
 
 
 class Clock:
@@ -204,9 +203,8 @@ def test_a_job_left_running_by_a_stopped_service_is_resumed_by_the_next(tmp_path
                                              ("mysql://x", "jobs.database")])
 def test_a_database_that_is_not_sqlite_is_refused_at_load(tmp_path, database, field):
     import yaml
-
-    from rollout.errors import FarInputError
-    from serve.schemas import load_serve_config
+    from far.rollout.errors import FarInputError
+    from far.serve.schemas import load_serve_config
 
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump({"jobs": {"database": database}}))

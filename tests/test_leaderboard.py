@@ -4,11 +4,11 @@ import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from rollout.io import write_json_atomic
-from rollout.policy import Policy
-from search.gate import GateConfig, gate
-from search.leaderboard import Leaderboard, advice, front_rows, top_policies, tradeoff_front
-from search.rank import Constraints
+from far.rollout.io import write_json_atomic
+from far.rollout.policy import Policy
+from far.search.ranking.gate import GateConfig, gate
+from far.search.ranking.leaderboard import Leaderboard, advice, front_rows, top_policies, tradeoff_front
+from far.search.ranking.rank import Constraints
 
 GATE = GateConfig(max_mean_cost=0.8, max_critical_rate_upper=0.01)
 

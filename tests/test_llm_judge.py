@@ -7,13 +7,13 @@ from conftest import oracle_models
 pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("transformers")
 
-from rollout.models.backends import LMOptions, ModelsConfig, build_lm, build_models  # noqa: E402
-from rollout.policy import Policy  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
-from search.evaluate import Evaluator  # noqa: E402
-from verifiers.ensemble import EnsembleVerifier  # noqa: E402
-from verifiers.members import LLMJudgeMember  # noqa: E402
-from verifiers.rules import RuleVerifier  # noqa: E402
+from far.models.backends import LMOptions, ModelsConfig, build_lm, build_models  # noqa: E402
+from far.rollout.policy import Policy  # noqa: E402
+from far.search.evaluation.evaluate import Evaluator  # noqa: E402
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from far.verifiers.ensemble import EnsembleVerifier  # noqa: E402
+from far.verifiers.members import LLMJudgeMember  # noqa: E402
+from far.verifiers.rules import RuleVerifier  # noqa: E402
 
 
 def test_llm_judge_scores_or_abstains_and_the_ensemble_reports_it(tmp_path):

@@ -1,13 +1,12 @@
 """Model faults are data: retried and handled by the policy's fallback, counted, never a crash."""
 import pytest
 from conftest import PAY, PAY_RIGHT, THERMO, make_record, make_scenario
-
-from rollout.agent import build_graph, replay, run_live
-from rollout.calls import CloudReview, GroundTruthEnvironment, ModelSet
-from rollout.models.oracle import OracleEdge, OracleUser
-from rollout.policy import Policy
-from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import FailureKind as K
+from far.models.oracle import OracleEdge, OracleUser
+from far.rollout.agent import build_graph, replay, run_live
+from far.rollout.calls import CloudReview, GroundTruthEnvironment, ModelSet
+from far.rollout.policy import Policy
+from far.verifiers.rules import RuleVerifier
+from far.verifiers.taxonomy import FailureKind as K
 
 VERIFIER = RuleVerifier()
 

@@ -5,12 +5,19 @@ import itertools
 import math
 
 import pytest
-from hypothesis import given, strategies as st
-
-from verifiers.pareto import (
-    attainable, dominates, dominates_then_lower, feasible, pareto_front, r_pf, repairs, supervision_distribution,
+from far.verifiers.pareto import (
+    attainable,
+    dominates,
+    dominates_then_lower,
+    feasible,
+    pareto_front,
+    r_pf,
+    repairs,
+    supervision_distribution,
     tie_broken_front,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 INF = math.inf
 VALUES = (-INF, 0.0, 0.5, 1.0, INF, math.nan)

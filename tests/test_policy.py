@@ -1,9 +1,8 @@
 import json
 
 import pytest
-
-from rollout.errors import FarInputError
-from rollout.policy import Policy, load_policies, parse_policy
+from far.rollout.errors import FarInputError
+from far.rollout.policy import Policy, load_policies, parse_policy
 
 
 def test_defaults_are_the_seed_policy():

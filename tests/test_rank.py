@@ -4,13 +4,21 @@ import math
 from dataclasses import dataclass
 
 import pytest
+from far.search.ranking.rank import (
+    NO_CONSTRAINTS,
+    Constraints,
+    best,
+    compare,
+    constraint_violation,
+    is_feasible,
+    rank,
+    rank_key,
+    shortfall_of,
+    tune_score,
+    violation_of,
+)
 from hypothesis import given
 from hypothesis import strategies as st
-
-from search.rank import (
-    NO_CONSTRAINTS, Constraints, best, compare, constraint_violation, is_feasible, rank, rank_key, shortfall_of,
-    tune_score, violation_of,
-)
 
 INF, NAN = math.inf, math.nan
 CRITICAL = [0, 1, 2, INF, NAN]

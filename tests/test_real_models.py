@@ -13,11 +13,10 @@ pytest.importorskip("torch", reason="needs the models extra (make install-models
 pytest.importorskip("transformers")
 
 from conftest import oracle_models  # noqa: E402
-
-from rollout.errors import FarInputError  # noqa: E402
-from rollout.models.calibration import escalation_label  # noqa: E402
-from rollout.models.lm import ScoreRequest, messages  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from far.models.calibration import escalation_label  # noqa: E402
+from far.models.lm import ScoreRequest, messages  # noqa: E402
+from far.rollout.errors import FarInputError  # noqa: E402
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 
 pytestmark = pytest.mark.models
 REPO = Path(__file__).resolve().parents[1]
@@ -27,8 +26,8 @@ TRAIN, HOLDOUT = list(SUITE.scenarios("train")), list(SUITE.scenarios("holdout")
 
 @pytest.fixture(scope="module")
 def smollm2_lm():
-    from rollout.models.engines.hf import TransformersLM
-    from rollout.models.weights import smollm2
+    from far.models.engines.hf import TransformersLM
+    from far.models.weights import smollm2
 
     model = smollm2()
     assert (model.path / "model.safetensors").is_file() and model.model_id.startswith("smollm2-135m-instruct@")
@@ -47,7 +46,7 @@ def test_scores_are_probabilities_and_batching_does_not_change_them(smollm2_lm):
 
 
 def test_risk_edge_calibrates_on_train_only(smollm2_lm):
-    from rollout.models.lm_backends import LMRiskEdge
+    from far.models.lm_backends import LMRiskEdge
 
     edge = LMRiskEdge(smollm2_lm)
     with pytest.raises(FarInputError, match="train split"):
@@ -64,8 +63,8 @@ def test_risk_edge_calibrates_on_train_only(smollm2_lm):
 
 
 def test_embedding_probe_ranks_holdout_risk(tmp_path):
-    from rollout.models.cache import CallCache
-    from rollout.models.embedding_edge import EmbeddingRiskEdge
+    from far.models.cache import CallCache
+    from far.models.embedding_edge import EmbeddingRiskEdge
 
     edge = EmbeddingRiskEdge(cache=CallCache(tmp_path / "c.sqlite"))
     with pytest.raises(FarInputError):
@@ -153,9 +152,9 @@ def test_llm_proposed_search_with_smollm2(tmp_path):
 def test_reviewer_probe_fits_once_per_content_and_puts_the_action_first(tmp_path, monkeypatch):
     """The SmolLM2 reviewer: fitted on train only, its fit stored by content hash (a refit encodes nothing), and
     the action comes first in its text, so a long request can never push it past the encoder's window."""
-    from rollout.models.cache import CallCache
-    from rollout.models.probe import probe_text
-    from rollout.models.reviewer import ProbeReviewCloud, ReviewerConfig
+    from far.models.cache import CallCache
+    from far.models.probe import probe_text
+    from far.models.reviewer import ProbeReviewCloud, ReviewerConfig
 
     monkeypatch.setenv("FAR_DATA_DIR", str(tmp_path))
     train, holdout = TRAIN[:120], HOLDOUT[:40]
@@ -179,7 +178,7 @@ def test_reviewer_probe_fits_once_per_content_and_puts_the_action_first(tmp_path
 
 def test_smollm2_vectors_do_not_depend_on_the_batch_or_its_order():
     """The encoder batches texts of similar length together: each text's vector must be its own."""
-    from rollout.models.encoders import SmolLM2Encoder
+    from far.models.encoders import SmolLM2Encoder
 
     encoder = SmolLM2Encoder(batch_size=3, precision="fp32")  # bf16 rounds by the kernel's blocking: below
     texts = ["short", "a much longer text about paying the overdue part of a bill, not the whole of it", "mid length"
@@ -196,7 +195,7 @@ def test_smollm2_vectors_do_not_depend_on_the_batch_or_its_order():
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_follows_the_cpu_and_names_itself_in_the_id(monkeypatch, native):
-    from rollout.models import encoders
+    from far.models import encoders
 
     monkeypatch.setattr(encoders, "bf16_native", lambda: native)
     auto = encoders.MiniLMEncoder()
@@ -211,9 +210,9 @@ def test_auto_precision_follows_the_cpu_and_names_itself_in_the_id(monkeypatch, 
 
 
 def test_bf16_vectors_stay_close_to_fp32_and_the_models_say_their_precision():
-    from rollout.models.backends import build_models
-    from rollout.models.encoders import MiniLMEncoder, SmolLM2Encoder
-    from rollout.models.spec import ModelsConfig
+    from far.models.backends import build_models
+    from far.models.encoders import MiniLMEncoder, SmolLM2Encoder
+    from far.models.spec import ModelsConfig
 
     texts = ["send 40 dollars to Priya for the concert tickets", "How can I kill a Python process?", "x " * 30]
     for kind in (MiniLMEncoder, SmolLM2Encoder):

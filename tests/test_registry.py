@@ -7,15 +7,19 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from rollout.errors import FarInputError
-from rollout.models.backends import (
-    CLOUD_BACKENDS, EDGE_BACKENDS, USER_BACKENDS, BackendSpec, ModelsConfig, build_models,
+from far.models.backends import (
+    CLOUD_BACKENDS,
+    EDGE_BACKENDS,
+    USER_BACKENDS,
+    BackendSpec,
+    ModelsConfig,
+    build_models,
 )
-from rollout.registry import Registry, resolve_path
-from rollout.suites import SUITES, build_suite, register_suite
-from verifiers.ensemble import MEMBERS, EnsembleConfig
-from verifiers.judge import JUDGES
+from far.rollout.errors import FarInputError
+from far.rollout.registry import Registry, resolve_path
+from far.suites import SUITES, build_suite, register_suite
+from far.verifiers.ensemble import MEMBERS, EnsembleConfig
+from far.verifiers.judge import JUDGES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +50,7 @@ def test_entry_points_add_names(monkeypatch):
     class Point:
         name, value = "plugin", "json:dumps"
 
-    import rollout.registry as registry_module
+    import far.rollout.registry as registry_module
 
     monkeypatch.setattr(registry_module, "entry_points", lambda group: [Point()] if group == "far.test" else [])
     table = Registry("thing", "far.test", {"builtin": "json:loads"})
@@ -68,7 +72,7 @@ def test_builtin_tables_name_what_the_configs_use():
 
 
 def test_a_third_party_suite_builds_by_name(tmp_path):
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     register_suite("tiny_test_suite", lambda options, base_dir: EdgeCloudSuite(EdgeCloudSuiteConfig(size=10)))
     try:

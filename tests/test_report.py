@@ -7,13 +7,12 @@ import math
 
 import pytest
 from conftest import NEEDS_BROWSER
-
-from rollout.policy import Policy
-from search.gate import GateConfig, gate
-from search.html_report import render
-from search.leaderboard import Leaderboard
-from search.rank import Constraints, rank_key
-from search.results import PolicyResult
+from far.rollout.policy import Policy
+from far.search.evaluation.results import PolicyResult
+from far.search.ranking.gate import GateConfig, gate
+from far.search.ranking.leaderboard import Leaderboard
+from far.search.ranking.rank import Constraints, rank_key
+from far.search.reports.html import render
 from test_leaderboard import Trial  # a search trial as ranking and reports read it
 
 pytestmark = NEEDS_BROWSER
@@ -132,7 +131,7 @@ def test_report_reads_right_in_a_real_browser(tmp_path, browser, deployable, ora
 
 
 def test_attack_rows_weigh_suites_by_rollouts_and_keep_benign_utility_per_suite():
-    from search.report import attack_rows, attack_table
+    from far.search.reports.text import attack_rows, attack_table
 
     def row(category, kind, attack, n, success, security_failure):
         return {"policy": "p", "split": "holdout", "category": category, "kind": kind, "attack": attack, "n": n,

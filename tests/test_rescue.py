@@ -4,15 +4,14 @@ the search suggests, ranks and records exactly what it would have without the fa
 import sys
 
 import yaml
-from ray import cloudpickle
 from conftest import ORACLE_MODELS
+from far.cluster.rollout_pool import RolloutPool
+from far.rollout.scenario import SPLITS
+from far.search.jobs.config import load_search_config
+from far.search.jobs.pipeline import build_evaluator
+from far.search.searchers.tune import rescued_metrics, run_tune
+from ray import cloudpickle
 from test_search import SPACE
-
-from cluster.rollout_pool import RolloutPool
-from rollout.scenario import SPLITS
-from search.config import load_search_config
-from search.pipeline import build_evaluator
-from search.tune_search import rescued_metrics, run_tune
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Ray's workers get the pool below by value
 

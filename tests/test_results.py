@@ -1,13 +1,12 @@
 """Aggregation over a split: the benign counts the gate's usefulness limits read."""
 import math
 
+from far.rollout.policy import Policy
+from far.search.evaluation.results import aggregate
+from far.verifiers.taxonomy import FailureKind, SuccessKind
+from far.verifiers.verdict import Failure, Verdict, ZVector
 from hypothesis import given
 from hypothesis import strategies as st
-
-from rollout.policy import Policy
-from search.results import aggregate
-from verifiers.taxonomy import FailureKind, SuccessKind
-from verifiers.verdict import Failure, Verdict, ZVector
 
 REFUSAL = Failure(kind=FailureKind.OVER_REFUSAL, critical=False, penalty=-10.0, step=1, node="route", cause_step=1,
                   cause_node="route", decision="block", parameter="edge_block_threshold")
@@ -38,13 +37,12 @@ def test_stopped_by_names_what_stopped_each_attack_the_undefended_policy_let_thr
     """Only injected scenarios whose attack succeeded undefended are counted; each under the parameters that
     intervened in the guarded rollout, or "not stopped"; the counts add up to those attacks."""
     from conftest import oracle_models
-
-    from rollout.agent import replay_calls
-    from rollout.calls import GroundTruthEnvironment, RecordedCalls
-    from rollout.models.backends import ModelsConfig, build_models
-    from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-    from search.results import stopped_by
-    from verifiers.rules import RuleVerifier
+    from far.models.backends import ModelsConfig, build_models
+    from far.rollout.agent import replay_calls
+    from far.rollout.calls import GroundTruthEnvironment, RecordedCalls
+    from far.search.evaluation.results import stopped_by
+    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.verifiers.rules import RuleVerifier
 
     scenarios = list(EdgeCloudSuite(EdgeCloudSuiteConfig(size=400, seed=5)).scenarios("holdout"))
     records = build_models(ModelsConfig.model_validate(oracle_models())).record(scenarios)

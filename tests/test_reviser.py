@@ -1,21 +1,20 @@
-"""The cloud that revises (``rollout.models.reviser``): schema, demonstrations, verdicts, engines, config."""
+"""The cloud that revises (``far.models.reviser``): schema, demonstrations, verdicts, engines, config."""
 import json
 
 import pytest
 from conftest import PAY, PAY_RIGHT, THERMO, make_scenario
+from far.models.backends import build_models
+from far.models.lm import GenerateResult
+from far.models.reviser import LMReviser, RevisingCloud, arguments_schema, parse_arguments
+from far.models.spec import ModelsConfig, ReviserConfig
+from far.rollout.agent import build_graph, replay, run_live
+from far.rollout.calls import CloudReview, GroundTruthEnvironment, ModelSet
+from far.rollout.errors import FarInputError
+from far.rollout.policy import Policy
+from far.rollout.scenario import ToolAction
+from far.verifiers.rules import RuleVerifier
 from hypothesis import given
 from hypothesis import strategies as st
-
-from rollout.agent import build_graph, replay, run_live
-from rollout.calls import CloudReview, GroundTruthEnvironment, ModelSet
-from rollout.errors import FarInputError
-from rollout.models.backends import build_models
-from rollout.models.lm import GenerateResult
-from rollout.models.reviser import LMReviser, RevisingCloud, arguments_schema, parse_arguments
-from rollout.models.spec import ModelsConfig, ReviserConfig
-from rollout.policy import Policy
-from rollout.scenario import ToolAction
-from verifiers.rules import RuleVerifier
 
 
 class ScriptedLM:
@@ -156,7 +155,7 @@ def test_the_config_builds_a_revising_cloud_and_refuses_bad_options():
 
 
 def test_an_unfitted_cloud_with_a_reviser_counts_as_fitted_for_the_eval_only_check():
-    from search.config import check_fit_data
+    from far.search.jobs.config import check_fit_data
 
     class OneSplit:
         def scenarios(self, split):

@@ -3,15 +3,13 @@ import threading
 import time
 
 import pytest
-
 from conftest import oracle_models
-
-from cluster.rollout_pool import RolloutPool
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from search.evaluate import Evaluator
-from verifiers.rules import RuleVerifier
+from far.cluster.rollout_pool import RolloutPool
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.policy import Policy
+from far.search.evaluation.evaluate import Evaluator
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.rules import RuleVerifier
 
 POLICY = Policy(cloud_threshold=0.4, max_retries=2, fallback_mode="ask_user")
 
@@ -54,9 +52,8 @@ def test_an_actor_pinned_to_a_node_that_is_gone_is_replaced(ray_local):
     """After a node is lost, its pinned actors cannot be restarted: calls raise ActorUnschedulableError, not
     RayActorError. The pool replaces such an actor and sends its chunks again; every trial starts from Tune's
     pickled pool, which still holds the pinned handle, so this is the path each trial after a node loss takes."""
+    from far.cluster.rollout_pool import RolloutActor
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from cluster.rollout_pool import RolloutActor
 
     evaluator, pool = setup()
     try:

@@ -5,22 +5,28 @@ from dataclasses import replace as dc_replace
 
 import pytest
 from conftest import PAY, THERMO, make_record, make_scenario
+from far.models.backends import ModelsConfig, build_models
+from far.models.scope import TfidfToolScope, needed_tools
+from far.rollout.agent import build_graph, replay, run_live
+from far.rollout.calls import GroundTruthEnvironment, ModelSet, call_facts
+from far.rollout.errors import FarInputError
+from far.rollout.policy import CALL_KINDS, RULE_STRICTNESS, Policy, parse_policy, rule_decision
+from far.rollout.provenance import (
+    argument_provenance,
+    argument_role,
+    argument_sources,
+    content_driven,
+    embedded_identifiers,
+    read_origin,
+    seen_in,
+    untrusted_roles,
+    user_words,
+)
+from far.rollout.scenario import ReadSource, ToolAction
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.rules import RuleVerifier
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from rollout.agent import build_graph, replay, run_live
-from rollout.calls import GroundTruthEnvironment, ModelSet, call_facts
-from rollout.errors import FarInputError
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.models.scope import TfidfToolScope, needed_tools
-from rollout.policy import CALL_KINDS, RULE_STRICTNESS, Policy, parse_policy, rule_decision
-from rollout.provenance import (
-    argument_provenance, argument_role, argument_sources, content_driven, embedded_identifiers, read_origin, seen_in,
-    untrusted_roles, user_words,
-)
-from rollout.scenario import ReadSource, ToolAction
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from verifiers.rules import RuleVerifier
 
 ENVIRONMENT = GroundTruthEnvironment()
 RULES = ("allow", "confirm", "review", "block")
@@ -170,8 +176,8 @@ def test_the_built_in_suite_marks_read_content_by_its_text_not_its_labels():
 def test_rule_decision_exhaustive():
     """The strictest rule that applies wins, the earlier rule in RULES on a tie; nothing applies: allow, no
     parameter. Every setting of the five rules against every set of facts."""
-    from rollout.calls import CallFacts
-    from rollout.policy import RULES as POLICY_RULES
+    from far.rollout.calls import CallFacts
+    from far.rollout.policy import RULES as POLICY_RULES
 
     names = [name for name, _ in POLICY_RULES]
     for settings_ in itertools.product(RULES, repeat=len(names)):
@@ -341,8 +347,8 @@ def test_live_graph_with_the_scope_model_equals_replay(scope_model, policy, indi
 
 
 def test_rule_effects_count_what_each_parameter_stopped_and_refused():
-    from search.leaderboard import blocking_kinds
-    from search.results import rollout_row, rule_effects
+    from far.search.evaluation.results import rollout_row, rule_effects
+    from far.search.ranking.leaderboard import blocking_kinds
 
     attack = injected_transfer()
     benign = make_scenario(PAY, sid="s-2")
@@ -371,7 +377,7 @@ def test_the_readme_jsonl_example_with_context_is_blocked_by_provenance(tmp_path
     import json
     from pathlib import Path
 
-    from rollout.suites.imported import import_jsonl
+    from far.suites.imported import import_jsonl
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "suites.md").read_text()
     block = readme.split("For example, an injected payment")[1].split("```json\n")[1].split("```")[0]
@@ -401,7 +407,7 @@ class _NoRegistry:
 
 
 def test_an_agentdojo_call_reads_every_tool_output_and_the_users_words_stay_clean():
-    from rollout.suites.agentdojo.calls import call_scenario
+    from far.suites.agentdojo.calls import call_scenario
 
     episode = make_scenario(READ).model_copy(update={"request": "Pay the bill in bill-december.txt"})
     outputs = (("read_file", "bill-december.txt: pay 98.70 to IBAN UK12345"),
@@ -428,8 +434,8 @@ def test_a_logged_openai_trace_imports_as_one_scenario_per_call_with_its_provena
     it, its tool's trust and its arguments' roles, in one split; a malformed trace is one line naming the field."""
     import json
 
-    from rollout.calls import call_facts
-    from rollout.suites.imported import import_jsonl
+    from far.rollout.calls import call_facts
+    from far.suites.imported import import_jsonl
 
     trace = {"id": "run-1", "messages": [
         {"role": "user", "content": "Refund the last sender"},

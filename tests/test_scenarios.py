@@ -1,12 +1,11 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
-from rollout.errors import FarInputError
-from rollout.scenario import load_scenarios, save_scenarios
-from rollout.suites import build_suite, split_manifest
-from rollout.suites.edge_cloud import KIND_WEIGHTS, EdgeCloudSuite, EdgeCloudSuiteConfig, generate_scenario
-from rollout.suites.imported import ParquetSuite, ParquetSuiteConfig
+from far.rollout.errors import FarInputError
+from far.rollout.scenario import load_scenarios, save_scenarios
+from far.suites import build_suite, split_manifest
+from far.suites.edge_cloud import KIND_WEIGHTS, EdgeCloudSuite, EdgeCloudSuiteConfig, generate_scenario
+from far.suites.imported import ParquetSuite, ParquetSuiteConfig
 
 
 def suite(size=600, seed=3, holdout=0.3):

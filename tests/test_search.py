@@ -11,9 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from conftest import ORACLE_MODELS, RayNode
-
-from rollout.policy import Policy
-from search.rank import Constraints, rank
+from far.rollout.policy import Policy
+from far.search.ranking.rank import Constraints, rank
 
 REPO = Path(__file__).resolve().parents[1]
 SPACE = {"parameters": {

@@ -9,19 +9,18 @@ import time
 import pytest
 import schemathesis
 from conftest import oracle_models
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.policy import Policy
+from far.rollout.trajectory_io import TrajectoryModel
+from far.search.evaluation.evaluate import Evaluator
+from far.serve.app import LocalBackend, create_api
+from far.serve.schemas import GuardConfig, ServeConfig
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.ensemble import EnsembleConfig, build_verifier
+from far.verifiers.remote import HttpVerifier
+from far.verifiers.taxonomy import RewardTable
 from fastapi.testclient import TestClient
 from hypothesis import settings
-
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from rollout.trajectory_io import TrajectoryModel
-from search.evaluate import Evaluator
-from search.remote import HttpVerifier
-from serve.app import LocalBackend, create_api
-from serve.schemas import GuardConfig, ServeConfig
-from verifiers.ensemble import EnsembleConfig, build_verifier
-from verifiers.taxonomy import RewardTable
 
 SUITE = {"name": "edge_cloud", "seed": 5, "size": 120}
 CONFIG = ServeConfig(suites={"small": SUITE}, sync_limit=1000, max_body_bytes=200_000,
@@ -200,9 +199,8 @@ def free_port() -> int:
 
 @pytest.mark.parametrize("topology", ["deployments", "ingress"])
 def test_ray_serve_app_over_http_scores_like_in_process(rollouts, ray_local, topology):
+    from far.serve.app import build_app
     from ray import serve
-
-    from serve.app import build_app
 
     evaluator, scenarios, trajectories = rollouts
     port = free_port()
@@ -276,9 +274,8 @@ def test_far_serve_refuses_to_fit_on_evaluation_only_data_before_ray(tmp_path):
     import sys
 
     import yaml
-
-    from rollout.scenario import save_scenarios
-    from rollout.suites import build_suite
+    from far.rollout.scenario import save_scenarios
+    from far.suites import build_suite
 
     scenarios = [*build_suite(SUITE).scenarios("train"), *build_suite(SUITE).scenarios("holdout")]
     save_scenarios(tmp_path / "private.parquet", [s.model_copy(update={"eval_only": True}) for s in scenarios])
@@ -294,8 +291,8 @@ def test_far_serve_refuses_to_fit_on_evaluation_only_data_before_ray(tmp_path):
     assert "evaluation-only" in run.stderr and "private.parquet" in run.stderr
     assert "Ray" not in run.stderr and time.time() - started < 60
     # fitted on another suite (fit_on), serving the evaluation-only suite is what it is for
-    from serve.app import check_suites
-    from serve.schemas import load_serve_config
+    from far.serve.app import check_suites
+    from far.serve.schemas import load_serve_config
 
     elsewhere = tmp_path / "elsewhere.yaml"
     elsewhere.write_text(yaml.safe_dump({"suites": suites, "models": {
@@ -395,7 +392,7 @@ def test_the_token_reaches_no_ray_process(tmp_path):
 
 
 def test_a_remote_verifier_prices_with_the_runs_reward_table_not_the_servers(rollouts):
-    from verifiers.rules import RuleVerifier
+    from far.verifiers.rules import RuleVerifier
 
     _, scenarios, trajectories = rollouts
     run_table = RewardTable.model_validate({"penalties": {"UNSAFE_ACTION_EXECUTED": -500.0,
@@ -414,8 +411,7 @@ def test_a_remote_verifier_prices_with_the_runs_reward_table_not_the_servers(rol
 def test_the_remote_verifier_sends_again_what_a_dying_replica_dropped(rollouts):
     """A 502/503 or a dropped connection (a replica killed mid-request) is sent again; a 4xx is final."""
     import httpx
-
-    from rollout.errors import FarInputError
+    from far.rollout.errors import FarInputError
 
     _, scenarios, trajectories = rollouts
 
@@ -455,7 +451,7 @@ def _with_client(real):
 
 @pytest.mark.parametrize("topology", ["ingress", "deployments"])
 def test_replicas_apply_to_the_ingress_too(topology):
-    from serve.app import build_app
+    from far.serve.app import build_app
 
     app = build_app(CONFIG.model_copy(update={"replicas": 3, "topology": topology}), None)
     assert app._bound_deployment.name == "ingress" and app._bound_deployment.num_replicas == 3

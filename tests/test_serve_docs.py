@@ -8,10 +8,9 @@ import time
 
 import pytest
 from conftest import NEEDS_BROWSER, oracle_models
-
-from rollout.models.backends import ModelsConfig
-from serve.app import LocalBackend, create_api
-from serve.schemas import ServeConfig
+from far.models.backends import ModelsConfig
+from far.serve.app import LocalBackend, create_api
+from far.serve.schemas import ServeConfig
 
 pytestmark = NEEDS_BROWSER
 

@@ -1,4 +1,4 @@
-"""The shift warning (``search.shift``): the measure, its marks on every figure, and a real run of each kind."""
+"""The shift warning (``far.search.evaluation.shift``): the measure, its marks on every figure, and a real run of each kind."""
 import hashlib
 import json
 import os
@@ -10,16 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from far.rollout.scenario import Scenario, ToolAction
+from far.search.evaluation.evaluate import Evaluator
+from far.search.evaluation.fitting import FitSources
+from far.search.evaluation.shift import SHIFT_LIMIT, Shift, measure_shift, nearest_similarity, shift_mark
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.rules import RuleVerifier
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_calibrated import keyword_models
-
-from rollout.scenario import Scenario, ToolAction
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from search.evaluate import Evaluator
-from search.fitting import FitSources
-from search.shift import SHIFT_LIMIT, Shift, measure_shift, nearest_similarity, shift_mark
-from verifiers.rules import RuleVerifier
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = EdgeCloudSuite(EdgeCloudSuiteConfig(seed=4, size=600))
@@ -85,7 +84,7 @@ def test_a_fit_with_one_group_calls_nothing_unlike():
 def test_every_figure_carries_the_mark_exactly_when_shifted(fit_on, shifted):
     sources = {"edge": FitSources((DomainSuite(),), ("office",))} if fit_on else {}
     evaluator = Evaluator(SUITE, keyword_models(), RuleVerifier(), fit_on=sources, shift_encoder=WordEncoder())
-    from rollout.policy import Policy
+    from far.rollout.policy import Policy
 
     evaluation = evaluator.evaluate("p", Policy(), "holdout", with_rows=True)
     report = evaluator.fit_report["shift"]

@@ -1,10 +1,9 @@
 import random
 
 import pytest
-
-from rollout.errors import FarInputError
-from rollout.policy import Policy
-from search.space import load_space, parse_space
+from far.rollout.errors import FarInputError
+from far.rollout.policy import Policy
+from far.search.searchers.space import load_space, parse_space
 
 SPACE = {
     "parameters": {

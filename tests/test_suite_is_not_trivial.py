@@ -4,13 +4,12 @@ import itertools
 
 import pytest
 from conftest import ORACLE_MODELS
-
-from rollout.models.backends import ModelsConfig, build_models
-from rollout.policy import Policy
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from search.evaluate import Evaluator
-from search.rank import rank
-from verifiers.rules import RuleVerifier
+from far.models.backends import ModelsConfig, build_models
+from far.rollout.policy import Policy
+from far.search.evaluation.evaluate import Evaluator
+from far.search.ranking.rank import rank
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from far.verifiers.rules import RuleVerifier
 
 GRID = {
     "cloud_threshold": [0.0, 0.25, 0.5, 0.75, 1.0],

@@ -1,14 +1,13 @@
 import pytest
 from conftest import PAY, PAY_RIGHT, THERMO, WIPE, make_record, make_scenario
+from far.rollout.agent import replay
+from far.rollout.errors import FarInputError
+from far.rollout.policy import Policy
+from far.verifiers.rules import RuleVerifier
+from far.verifiers.taxonomy import FailureKind as K
+from far.verifiers.taxonomy import RewardTable, SuccessKind, load_reward_table, parse_reward_table
 from hypothesis import given
 from hypothesis import strategies as st
-
-from rollout.agent import replay
-from rollout.errors import FarInputError
-from rollout.policy import Policy
-from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import FailureKind as K
-from verifiers.taxonomy import RewardTable, SuccessKind, load_reward_table, parse_reward_table
 
 VERIFIER = RuleVerifier()
 
@@ -153,7 +152,7 @@ def test_handed_off_task_has_half_utility(environment):
     outages=st.lists(st.booleans(), max_size=3), confirms=st.booleans(),
 )
 def test_verdict_invariants(risk, threshold, retries, confirm, mode, verdict, unsafe, block, faults, outages, confirms):
-    from rollout.calls import GroundTruthEnvironment
+    from far.rollout.calls import GroundTruthEnvironment
 
     scenario = make_scenario(PAY, intended=PAY_RIGHT if not unsafe else None, unsafe=unsafe, needs_cloud=not unsafe,
                              tool_faults=faults, cloud_faults=outages)

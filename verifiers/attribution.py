@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rollout.trajectory import Step
-from verifiers.taxonomy import FailureKind as K
+from far.rollout.trajectory import Step
+from far.verifiers.taxonomy import FailureKind as K
 
 Cause = tuple[str, str]  # (node, decision or decision prefix ending in ":")
 

@@ -16,27 +16,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
+from far.models.spec import EngineChoice
+from far.rollout.registry import Registry
+from far.rollout.scenario import Scenario
+from far.rollout.trajectory import Trajectory
+from far.verifiers.aggregation import AGGREGATIONS, disagreement
+from far.verifiers.attribution import attribute
+from far.verifiers.members import Assessment, Member, MemberContext, RuleMember
+from far.verifiers.rules import RuleVerifier
+from far.verifiers.taxonomy import FailureKind, RewardTable
+from far.verifiers.verdict import Z_DIMENSIONS, Failure, Verdict, ZVector
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from rollout.models.spec import EngineChoice
-from rollout.registry import Registry
-from rollout.scenario import Scenario
-from rollout.trajectory import Trajectory
-from verifiers.aggregation import AGGREGATIONS, disagreement
-from verifiers.attribution import attribute
-from verifiers.members import Assessment, Member, MemberContext, RuleMember
-from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import FailureKind, RewardTable
-from verifiers.verdict import Z_DIMENSIONS, Failure, Verdict, ZVector
 
 HARM = (FailureKind.UNSAFE_ACTION_EXECUTED, FailureKind.INJECTION_FOLLOWED)
 # Ensemble members by name: factories ``MemberContext -> Member``, imported on first use. Add your own with
 # ``MEMBERS.register`` or an entry point in the ``far.verifier_members`` group.
 MEMBERS: Registry[Callable[[MemberContext], Member]] = Registry("member", "far.verifier_members", {
-    "rules": "verifiers.members:rules_member",
-    "environment": "verifiers.members:environment_member",
-    "llm_judge": "verifiers.members:llm_judge_member",
-    "cloud_probe": "verifiers.members:cloud_probe_member",
+    "rules": "far.verifiers.members:rules_member",
+    "environment": "far.verifiers.members:environment_member",
+    "llm_judge": "far.verifiers.members:llm_judge_member",
+    "cloud_probe": "far.verifiers.members:cloud_probe_member",
 })
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rollout.registry import Registry
-from rollout.scenario import Scenario
-from rollout.trajectory import Trajectory
-from verifiers.judgement import GroundTruthJudge, Judge, Judgement
+from far.rollout.judgement import GroundTruthJudge, Judge, Judgement
+from far.rollout.registry import Registry
+from far.rollout.scenario import Scenario
+from far.rollout.trajectory import Trajectory
 
 __all__ = ["JUDGES", "GroundTruthJudge", "Judge", "Judgement", "SuiteJudge"]
 
 # benchmark name -> a no-argument constructor of its Judge
 JUDGES: Registry[Callable[[], Judge]] = Registry("judge", "far.judges", {
-    "agentdojo": "verifiers.agentdojo_judge:AgentDojoJudge",
+    "agentdojo": "far.suites.agentdojo.judge:AgentDojoJudge",
 })
 
 

@@ -1,7 +1,7 @@
 """Ensemble members: verifiers that score a rollout as z = (security, utility, over-refusal, controllability).
 
 A member returns an ``Assessment``: z in [0, 1] per dimension or ``None`` where it abstains, a confidence per
-dimension, and failure labels. Members are named in ``verifiers.ensemble.MEMBERS``, which points at the
+dimension, and failure labels. Members are named in ``far.verifiers.ensemble.MEMBERS``, which points at the
 factories at the end of this module (``MemberContext -> Member``).
 
 rules        the failure taxonomy over the suite's judge (``RuleVerifier``); never abstains
@@ -21,13 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from rollout.models.lm import LM, GenerateRequest, SamplingParams, messages
-from rollout.scenario import Scenario, ToolAction
-from rollout.trajectory import VETOED, Trajectory
-from verifiers.judge import Judge, SuiteJudge
-from verifiers.rules import RuleVerifier
-from verifiers.taxonomy import RewardTable
-from verifiers.verdict import Z_DIMENSIONS, Verdict
+from far.models.lm import LM, GenerateRequest, SamplingParams, messages
+from far.rollout.scenario import Scenario, ToolAction
+from far.rollout.trajectory import VETOED, Trajectory
+from far.verifiers.judge import Judge, SuiteJudge
+from far.verifiers.rules import RuleVerifier
+from far.verifiers.taxonomy import RewardTable
+from far.verifiers.verdict import Z_DIMENSIONS, Verdict
 
 Z = tuple[float | None, float | None, float | None, float | None]
 
@@ -209,12 +209,12 @@ class CloudProbeMember:
         return out
 
 
-# --- factories named in verifiers.ensemble.MEMBERS -----------------------------------------------------------
+# --- factories named in far.verifiers.ensemble.MEMBERS -----------------------------------------------------------
 
 @dataclass(frozen=True)
 class MemberContext:
     """What a member factory may use: the run's reward table, the verifier config's ``llm_judge`` section
-    (``verifiers.ensemble.LLMJudgeConfig``) and a builder of that judge's LM."""
+    (``far.verifiers.ensemble.LLMJudgeConfig``) and a builder of that judge's LM."""
 
     table: RewardTable
     llm_judge: Any = None

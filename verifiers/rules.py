@@ -4,12 +4,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from rollout.scenario import Scenario
-from rollout.trajectory import HANDED_OFF, UNHANDLED, Step, Trajectory
-from verifiers.attribution import attribute
-from verifiers.judge import Judge, Judgement, SuiteJudge
-from verifiers.taxonomy import FailureKind, RewardTable, SuccessKind
-from verifiers.verdict import Failure, Verdict, ZVector
+from far.rollout.scenario import Scenario
+from far.rollout.trajectory import HANDED_OFF, UNHANDLED, Step, Trajectory
+from far.verifiers.attribution import attribute
+from far.verifiers.judge import Judge, Judgement, SuiteJudge
+from far.verifiers.taxonomy import FailureKind, RewardTable, SuccessKind
+from far.verifiers.verdict import Failure, Verdict, ZVector
 
 
 @runtime_checkable

@@ -11,10 +11,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from far.rollout.errors import FarInputError, from_validation_error
+from far.rollout.io import load_mapping
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, ValidationError, model_validator
-
-from rollout.errors import FarInputError, from_validation_error
-from rollout.io import load_mapping
 
 
 class FailureKind(str, Enum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from verifiers.taxonomy import FailureKind, SuccessKind
+from far.verifiers.taxonomy import FailureKind, SuccessKind
 
 Z_DIMENSIONS = ("security", "utility", "over_refusal", "controllability")
 
