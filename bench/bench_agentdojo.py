@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from far.harness import read_result, run, write_config, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 UNDEFENDED = {"cloud_threshold": 1.0, "max_retries": 2, "require_confirmation": False,
               "fallback_mode": "safe_shutdown"}
@@ -31,20 +32,16 @@ UNDEFENDED = {"cloud_threshold": 1.0, "max_retries": 2, "require_confirmation": 
 
 def run_search(config: Path, budget: int, out: Path) -> dict:
     """The main job, as a user runs it; returns its summary."""
-    import yaml
+    from far.rollout.io import load_mapping
 
-    raw = yaml.safe_load(config.read_text())
-    raw["search"]["budget"] = budget
-    raw["space"] = str((config.parent / raw["space"]).resolve())
-    raw["rewards"] = str((config.parent / raw["rewards"]).resolve())
-    raw["output"] = str(out)
-    patched = out.parent / "agentdojo_search_config.yaml"
-    patched.parent.mkdir(parents=True, exist_ok=True)
-    patched.write_text(yaml.safe_dump(raw))
+    raw = load_mapping(config)
+    patched = write_config(out.parent / "agentdojo_search_config.yaml", config, [f"search.budget={budget}"],
+                           space=str((config.parent / raw["space"]).resolve()),
+                           rewards=str((config.parent / raw["rewards"]).resolve()), output=str(out))
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "far", "search", str(patched)], check=True, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
-    summary = json.loads((out / "summary.json").read_text())
+    summary = read_result(out / "summary.json")
     summary["bench_wall_s"] = time.perf_counter() - started
     return summary
 
@@ -84,7 +81,7 @@ def guard_quality(config: Path, policy: dict) -> dict:
     from far.rollout.policy import Policy
     from far.search.evaluation.results import breakdown
     from far.search.jobs.config import load_search_config
-    from far.search.jobs.pipeline import build_evaluator
+    from far.search.jobs.assemble import build_evaluator
     from far.suites import build_suite
 
     loaded = load_search_config(config)
@@ -189,7 +186,7 @@ def main() -> None:
         "quality": guard_quality(args.config, winner),
         "throughput": throughput(args.config, args.throughput_episodes),
     }
-    (out_dir / "agentdojo.json").write_text(json.dumps(result, indent=2, default=str))
+    write_result(out_dir / "agentdojo.json", result)
     print(json.dumps({"search": result["search"], "goal": result["quality"]["goal_all"],
                       "goal_without_defects": result["quality"]["goal_without_checker_defects"],
                       "undefended": result["quality"]["undefended"]["all"]["pooled"],
@@ -198,4 +195,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

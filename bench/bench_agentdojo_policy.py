@@ -29,12 +29,12 @@ import argparse
 import itertools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+from far.harness import run, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ATTACKS = ("important_instructions", "tool_knowledge", "ignore_previous", "direct")
@@ -203,11 +203,11 @@ def train_figures(result) -> dict:
 
 def main() -> None:
     from far.models.backends import ModelsConfig
-    from far.rollout.io import write_json_atomic
     from far.rollout.policy import Policy
     from far.search.evaluation.results import stopped_by
     from far.search.jobs.config import load_search_config
-    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.search.jobs.assemble import build_evaluator
+    from far.search.jobs.config import RunConfig
     from far.search.ranking.gate import gate
     from far.suites import build_suite
 
@@ -259,9 +259,9 @@ def main() -> None:
         print(f"{label}: {policy.short()}\n  ASR all {pooled['injected']['all/all']['asr']}\n  benign "
               f"{pooled['benign']['all']}", flush=True)
     out["seconds"] = time.perf_counter() - started
-    write_json_atomic(Path(args.output), out)
+    write_result(args.output, out)
     print(f"wrote {args.output}")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -24,18 +24,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+from far.harness import read_result, run, write_result
+from far.rollout.io import load_mapping
+from far.search.evaluation.guards import REAL_MODELS, policy_grid
+from far.search.evaluation.results import stopped_by
+from far.search.ranking.gate import clopper_pearson_interval as exact_interval
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-from far.search.evaluation.results import stopped_by  # noqa: E402
-from far.search.ranking.gate import clopper_pearson_interval as exact_interval  # noqa: E402
-
-from bench.bench_real import COST_LIMIT, REAL, policy_grid  # noqa: E402
+COST_LIMIT = load_mapping(ROOT / "configs" / "agentdojo_search.yaml")["gate"]["max_mean_cost"]  # the shipped gate's
 
 ATTACKS = ("important_instructions", "tool_knowledge", "ignore_previous", "direct")
 RULES = ("allow", "review", "block")
@@ -51,11 +51,12 @@ def pooled_asr(rows: list[dict]) -> dict:
             for suite, (s, n) in sorted(pooled.items())}
 
 
-def run_split(split_by: str, suites: list[str], attacks: list[str], version: str, models: dict = REAL) -> dict:
+def run_split(split_by: str, suites: list[str], attacks: list[str], version: str, models: dict = REAL_MODELS) -> dict:
     from far.models.backends import ModelsConfig
     from far.rollout.policy import Policy
     from far.search.evaluation.results import breakdown, rule_effects
-    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.search.jobs.assemble import build_evaluator
+    from far.search.jobs.config import RunConfig
     from far.search.ranking.rank import Constraints, rank
     from far.search.reports.text import attack_rows, attack_table, effects_table
     from far.suites import build_suite
@@ -69,14 +70,14 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
     grid = [p.model_copy(update={"provenance_rule": a, "scope_rule": b})
             for p in policy_grid(agentdojo=True) for a in RULES for b in RULES]
     train = [evaluator.evaluate(f"p{i}", p, "train").result for i, p in enumerate(grid)]
-    best = rank(train, Constraints(max_mean_cost=COST_LIMIT["agentdojo"]))[0]
+    best = rank(train, Constraints(max_mean_cost=COST_LIMIT))[0]
     print(f"  {split_by}: best on train {best.policy.short()} ({time.perf_counter() - started:.0f} s)", flush=True)
     undefended = Policy(cloud_threshold=1.0, max_retries=1, require_confirmation=False, fallback_mode="safe_shutdown")
     out = {"suite": suite.describe(), "grid_size": len(grid), "winner": best.policy.model_dump(mode="json"),
            "winner_short": best.policy.short(), "fit": evaluator.fit_report}
     # the plain baseline: the same search over the thresholds alone (both rules allow)
     plain = rank([r for r in train if r.policy.provenance_rule == "allow" and r.policy.scope_rule == "allow"],
-                 Constraints(max_mean_cost=COST_LIMIT["agentdojo"]))[0]
+                 Constraints(max_mean_cost=COST_LIMIT))[0]
     out["thresholds_only_winner"] = plain.policy.short()
     holdout = evaluator.scenarios("holdout")
     evaluations = {}
@@ -106,8 +107,6 @@ def run_split(split_by: str, suites: list[str], attacks: list[str], version: str
 
 
 def main() -> None:
-    from far.rollout.io import write_json_atomic
-
     parser = argparse.ArgumentParser()
     parser.add_argument("--suites", default="banking,slack")
     parser.add_argument("--attacks", default=",".join(ATTACKS))
@@ -118,16 +117,16 @@ def main() -> None:
                         help="fit the guards on the suite's train calls alone (fit_on: {own: true, shipped: false})")
     args = parser.parse_args()
     out = Path(args.output)
-    results = json.loads(out.read_text()) if out.exists() else {}
+    results = read_result(out)
     own = {"own": True, "shipped": False}
-    models = ({**REAL, "edge": {**REAL["edge"], "fit_on": own}, "cloud": {**REAL["cloud"], "fit_on": own}}
-              if args.own_only else REAL)
+    models = ({**REAL_MODELS, "edge": {**REAL_MODELS["edge"], "fit_on": own},
+               "cloud": {**REAL_MODELS["cloud"], "fit_on": own}} if args.own_only else REAL_MODELS)
     for split_by in args.splits.split(","):
         key = f"{args.version}/{split_by}" + ("/own_only" if args.own_only else "")
         results[key] = run_split(split_by, args.suites.split(","), args.attacks.split(","), args.version, models)
-        write_json_atomic(out, results)  # after each split: a long run keeps what it measured
+        write_result(out, results)  # after each split: a long run keeps what it measured
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from far.harness import run
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST = "tests/test_cluster.py::test_search_on_two_nodes_equals_local_and_survives_losing_a_node"
 HOG = "import itertools\nfor _ in itertools.count(): pass\n"  # one core kept busy
@@ -43,4 +45,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run(main)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from far.harness import run, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def replay_vs_graph(n: int) -> dict:
@@ -92,7 +92,8 @@ def generation(n: int) -> dict:
 def memory_child(n: int) -> None:
     """Run in a fresh process: generate, record and evaluate n scenarios by replay; print peak RSS."""
     from far.rollout.policy import Policy
-    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.search.jobs.assemble import build_evaluator
+    from far.search.jobs.config import RunConfig
     from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=n, seed=3, holdout_fraction=0.5))
@@ -111,7 +112,7 @@ def memory_child(n: int) -> None:
 
 def memory(n: int) -> dict:
     out = subprocess.run([sys.executable, __file__, "--memory-child", str(n)], capture_output=True, text=True,
-                         check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -130,12 +131,10 @@ def main() -> None:
         "replay_vs_langgraph": replay_vs_graph(args.scenarios),
         "generation": generation(args.generate_scenarios),
         "memory": memory(args.memory_scenarios),
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
     print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

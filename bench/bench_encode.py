@@ -3,8 +3,9 @@
     python bench/bench_encode.py [--texts 192] [--suites edge_cloud,agentdojo,broad_requests]
                                  [--out bench/out/encode.json]
 
-Host: the CPU model and whether torch finds AMX / AVX512-BF16 (``far.models.encoders.bf16_native``, what
-``precision: auto`` follows), and the matmul rate torch reaches on both cores in fp32 and bf16 (square 1024).
+Host: the CPU model and flags (the result's ``machine``, ``far.harness.machine``) and whether torch finds AMX /
+AVX512-BF16 (``torch``: ``far.models.encoders.bf16_native``, what ``precision: auto`` follows), and the matmul
+rate torch reaches on both cores in fp32 and bf16 (square 1024).
 
 Speed: for each encoder (MiniLM for the edge, SmolLM2 layer 20 for the reviewer), uncached texts/s on a fixed
 random sample of the built-in suite's distinct probe texts, as FAR runs it (by length, every core), in fp32 and
@@ -18,31 +19,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
-import sys
 import time
 from pathlib import Path
 
+from far.harness import machine, run, write_result
+from far.search.evaluation.guards import BROAD, SUITES, fitted, guard_model, guard_scores, roc_figures, split_data
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.bench_loso import BROAD, fitted, load, model, roc, scores  # noqa: E402
-
 PRECISIONS = ("fp32", "bf16")
+DIGITS = 4  # the figures' rounding in the result file
 
 
-def host() -> dict:
+def progress(message: str) -> None:
+    print(message, flush=True)
+
+
+def torch_on_cpu() -> dict:
+    """What torch finds on this CPU: the kernels it dispatches to, and whether bf16 runs natively (what
+    ``precision: auto`` follows). The CPU's model, flags and cores: ``far.harness.machine``."""
     import torch
     from far.models.encoders import bf16_native
 
-    info = {key.strip(): value.strip() for key, value in
-            (line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)}
-    flags = info.get("flags", "").split()
-    return {"cpu": info.get("model name", platform.processor()), "cores": len(os.sched_getaffinity(0)),
-            "flags": sorted(f for f in flags if f.startswith(("amx", "avx512_bf16", "avx512_vnni", "avx2"))),
-            "torch_capability": torch.backends.cpu.get_cpu_capability(), "bf16_native": bf16_native()}
+    return {"capability": torch.backends.cpu.get_cpu_capability(), "bf16_native": bf16_native()}
 
 
 def matmul_peak(dtype_name: str, size: int = 1024, seconds: float = 3.0) -> float:
@@ -87,18 +86,18 @@ def figures(names: list[str]) -> list[dict]:
     import numpy as np
     from far.rollout.scenario import model_input
 
-    data = load(names)
+    data = split_data(names, progress)
     rows = []
     for role in ("edge", "cloud"):
-        label = type(model(role, "fp32")).label
+        label = type(guard_model(role, "fp32")).label
         for name in names:
             holdout = data[name]["holdout"]
             parts = [data[name]["train"]] + ([data[BROAD]["train"]] if name != BROAD and BROAD in data else [])
             labels = np.array([label(s) for s in holdout])
             row = {"role": role, "suite": name, "n": len(holdout), "positives": int(labels.sum())}
             for precision in PRECISIONS:
-                guard = fitted(role, parts, {model_input(s) for s in holdout}, precision)
-                row[precision] = roc(labels, scores(guard, role, holdout))
+                guard = fitted(role, parts, {model_input(s) for s in holdout}, precision, progress)
+                row[precision] = roc_figures(labels, guard_scores(guard, holdout), digits=DIGITS)
             row["auroc_change"] = round(row["bf16"]["auroc"] - row["fp32"]["auroc"], 4)
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -114,24 +113,23 @@ def main() -> None:
 
     from far.models.encoders import load_torch
     from far.models.probe import probe_text
-    from far.rollout.io import write_json_atomic
-    from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+    from far.suites import build_suite
 
     started = time.time()
     load_torch(None)
-    about = host()
+    about = {"machine": machine(), "torch": torch_on_cpu()}
     print(json.dumps(about), flush=True)
     peaks = {precision: round(matmul_peak(precision), 1) for precision in PRECISIONS}
     print(f"matmul GFLOP/s, every core: {peaks}", flush=True)
-    suite = EdgeCloudSuite(EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3))
+    suite = build_suite(SUITES["edge_cloud"])
     texts = sorted({probe_text(s) for split in ("train", "holdout") for s in suite.scenarios(split)})
     texts = random.Random(0).sample(texts, min(args.texts, len(texts)))
-    result = {"date": time.strftime("%Y-%m-%d"), "host": about, "matmul_gflop_s": peaks, "texts": len(texts),
+    result = {"date": time.strftime("%Y-%m-%d"), "torch": about["torch"], "matmul_gflop_s": peaks, "texts": len(texts),
               "speed": speed(texts), "figures": figures(args.suites.split(",")) if args.suites else []}
     result["seconds"] = round(time.time() - started)
-    write_json_atomic(args.out, result)
+    write_result(args.out, result)
     print(f"wrote {args.out} in {result['seconds']} s")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

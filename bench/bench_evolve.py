@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -22,8 +23,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from far.harness import add_overrides_argument, read_result, run, write_config, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+CONFIGS = ROOT / "configs"
+OUT = ROOT / "bench" / "out"
 METRICS = ("asr", "hcr", "tsr", "over_refusal", "mean_r_pf", "malformed", "own_asr", "own_hcr", "own_tsr",
            "own_over_refusal", "own_separation")
 ROUND_FACTS = ("failures", "buffer", "rehearsed", "explored", "distinct_rate", "clip_fraction", "rolled_back",
@@ -31,124 +35,36 @@ ROUND_FACTS = ("failures", "buffer", "rehearsed", "explored", "distinct_rate", "
                "decided_by_none")
 
 
-def write_config(path: Path, seed: int, overrides: Sequence[str], **updates) -> Path:
+def evolve_config(path: Path, seed: int, overrides: Sequence[str], **updates) -> Path:
     """configs/evolve.yaml with the run's ``--set`` overrides, its seed and ``updates``, written to ``path`` (the
     config a run read, kept beside its outputs): FATE's runs and the baselines read the same settings."""
-    import yaml
-
-    from bench.overrides import apply_overrides
-
-    config = apply_overrides(yaml.safe_load((ROOT / "configs" / "evolve.yaml").read_text()), list(overrides))
-    config.update({"seed": seed, "rewards": str(ROOT / "configs" / "rewards.yaml"), **updates})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_config(path, CONFIGS / "evolve.yaml", overrides, seed=seed, rewards=str(CONFIGS / "rewards.yaml"),
+                        **updates)
 
 
 def run_seed(seed: int, rounds: int, out: Path, overrides: Sequence[str] = ()) -> dict:
     import pyarrow.parquet as pq
 
-    path = write_config(out.parent / f"{out.name}.yaml", seed, [*overrides, "gate.min_improvement=0.0"],
-                        rounds=rounds, output=str(out))
+    path = evolve_config(out.parent / f"{out.name}.yaml", seed, [*overrides, "gate.min_improvement=0.0"],
+                         rounds=rounds, output=str(out))
     started = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     subprocess.run([sys.executable, "-m", "far", "evolve", str(path)], check=True, cwd=ROOT,
-                   env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
     peak_mib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
     rows = pq.read_table(out / "rounds.parquet").to_pylist()
     return {"seed": seed, "wall_s": time.perf_counter() - started, "peak_rss_mib": peak_mib,
             "round_seconds": [r["seconds"] for r in rows[1:]],
-            "kept_round": json.loads((out / "summary.json").read_text())["kept_round"],  # the round a run returns
+            "kept_round": read_result(out / "summary.json")["kept_round"],  # the round a run returns
             "rounds": [{k: r[k] for k in ("round", *METRICS, *ROUND_FACTS)} for r in rows]}
 
 
-class FixedSuite:
-    """The very dev and holdout scenarios a FATE run of this seed uses (``Evolution``'s sampling)."""
-
-    def __init__(self, dev, holdout) -> None:
-        self.name = "fate-dev-holdout"
-        self._by_split = {"train": list(dev), "holdout": list(holdout)}
-
-    def scenarios(self, split):
-        return self._by_split[split]
-
-    def describe(self) -> dict:
-        return {"name": self.name, **{k: len(v) for k, v in self._by_split.items()}}
-
-
-def search_evaluator(config, dev, holdout):
-    """An evaluator of policies on FATE's ``dev`` ("train") and ``holdout`` scenarios, with ``config``'s cloud, user,
-    verifier and costs and the base SmolLM2 as a calibrated risk edge (``backend: smollm2``)."""
-    from far.models.backends import build_models
-    from far.search.jobs.pipeline import RunConfig, build_evaluator
-
-    models_config = type(config.models).model_validate({**config.models.model_dump(mode="json"),
-                                                         "edge": {"backend": "smollm2"}})
-    run = RunConfig(models=models_config, rewards=config.rewards, verifier=config.verifier, costs=config.costs)
-    return build_evaluator(run, suite=FixedSuite(dev, holdout), models=build_models(models_config))
-
-
-def as_scored(evaluation) -> list:
-    """A policy evaluation's rollouts as FATE's ``ScoredDecision`` (no edge decision: FATE's own figures do not
-    apply)."""
-    from far.evolve.task import ScoredDecision
-
-    return [ScoredDecision("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
-            for v, t in zip(evaluation.verdicts, evaluation.trajectories, strict=True)]
-
-
-def evolutionary_winner(evaluator, space, seed: int, budget: int):
-    """FAR's evolutionary policy search (population 8), ``budget`` policy evaluations on the "train" scenarios;
-    its winner (``far.search.ranking.rank``: fewest critical failures, then reward, then cost) and the evaluations made."""
-    from far.search.ranking.rank import rank
-    from far.search.searchers.evolutionary import EvolutionarySearcher
-
-    searcher = EvolutionarySearcher(space, population=8, seed=seed)
-    results = []
-    for i in range(budget):
-        params = searcher.suggest(str(i))
-        if params is None or params == searcher.FINISHED:
-            break
-        result = evaluator.evaluate(str(i), space.policy(params), "train").result
-        searcher.on_trial_complete(str(i), {"critical_failures": result.critical_failures, "reward": result.reward,
-                                            "cost": result.cost})
-        results.append(result)
-    return rank(results)[0], len(results)
-
-
-def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = "") -> dict:
-    """No weight update: the base SmolLM2 as a calibrated risk edge (``search_evaluator``), and ``budget``
-    policy evaluations on the dev scenarios by FAR's evolutionary search and by Optuna's NSGA-II; each
-    winner (``far.search.ranking.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
-
+def nsga2_winner(evaluator, space, seed: int, budget: int):
+    """Optuna's NSGA-II (population 8; reward up, cost down; critical failures as its constraint), ``budget``
+    policy evaluations on the "train" scenarios: its winner by ``far.search.ranking.rank`` and the evaluations."""
     import optuna
-    from far.evolve.collect import draw_slices
-    from far.evolve.config import load_evolve_config
-    from far.evolve.metrics import holdout_metrics
     from far.search.ranking.rank import rank
-    from far.search.searchers.space import load_space
-    from far.suites import build_suite
 
-    config, base = load_evolve_config(write_config(ROOT / "bench" / "out" / f"evolve{tag}-baselines-seed{seed}.yaml",
-                                                   seed, overrides))
-    suite = build_suite(config.suite, base)
-    slices = draw_slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
-    dev, test = slices.dev, slices.holdout
-    evaluator = search_evaluator(config, dev, test)
-    space = load_space(ROOT / "configs" / "space.yaml")
-    out = {}
-
-    def measure(policy) -> dict:
-        scored = as_scored(evaluator.evaluate("winner", policy, "holdout"))
-        overall = holdout_metrics(test, scored, config.selection)["overall"]
-        return {k: v for k, v in overall.items() if not k.startswith("own_")}  # no edge decision to read here
-
-    started = time.perf_counter()
-    winner, evaluations = evolutionary_winner(evaluator, space, seed, budget)
-    out["policy_search"] = {"evaluations": evaluations, "winner": winner.policy.model_dump(mode="json"),
-                            "holdout": measure(winner.policy), "seconds": time.perf_counter() - started}
-
-    started = time.perf_counter()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sampler = optuna.samplers.NSGAIISampler(seed=seed, population_size=8,
                                             constraints_func=lambda trial: [trial.user_attrs["critical"]])
@@ -162,9 +78,36 @@ def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = 
         trial.set_user_attr("critical", float(result.critical_failures))
         study.tell(trial, [result.reward, result.cost])
         results.append(result)
-    winner = rank(results)[0]
-    out["optuna_nsga2"] = {"evaluations": len(results), "winner": winner.policy.model_dump(mode="json"),
-                           "holdout": measure(winner.policy), "seconds": time.perf_counter() - started}
+    return rank(results)[0], len(results)
+
+
+def baselines(seed: int, budget: int, overrides: Sequence[str] = (), tag: str = "") -> dict:
+    """No weight update: the base SmolLM2 as a calibrated risk edge (``far.evolve.search_baseline``), and
+    ``budget`` policy evaluations on the dev scenarios by FAR's evolutionary search and by Optuna's NSGA-II; each
+    winner (``far.search.ranking.rank`` on dev) is measured on FATE's holdout scenarios with FATE's metrics."""
+    from far.evolve.collect import draw_slices
+    from far.evolve.config import load_evolve_config
+    from far.evolve.metrics import holdout_metrics
+    from far.evolve.search_baseline import as_scored, search_evaluator
+    from far.search.searchers.sequential import evolutionary_winner
+    from far.search.searchers.space import load_space
+    from far.suites import build_suite
+
+    config, base = load_evolve_config(evolve_config(OUT / f"evolve{tag}-baselines-seed{seed}.yaml", seed, overrides))
+    suite = build_suite(config.suite, base)
+    slices = draw_slices(config, list(suite.scenarios("train")), list(suite.scenarios("holdout")))  # FATE's
+    evaluator = search_evaluator(config, slices.dev, slices.holdout)
+    space = load_space(CONFIGS / "space.yaml")
+    out = {}
+    for name, search in (("policy_search", evolutionary_winner), ("optuna_nsga2", nsga2_winner)):
+        started = time.perf_counter()
+        winner, evaluations = search(evaluator, space, seed, budget)
+        scored = as_scored(evaluator.evaluate("winner", winner.policy, "holdout"))
+        overall = holdout_metrics(slices.holdout, scored, config.selection)["overall"]
+        out[name] = {"evaluations": evaluations, "winner": winner.policy.model_dump(mode="json"),
+                     # no edge decision to read here: the own figures do not apply
+                     "holdout": {k: v for k, v in overall.items() if not k.startswith("own_")},
+                     "seconds": time.perf_counter() - started}
     return out
 
 
@@ -175,20 +118,17 @@ def main() -> None:
     parser.add_argument("--baseline-budget", type=int, default=40, help="policy evaluations per baseline")
     parser.add_argument("--skip-fate", action="store_true", help="only the baselines")
     parser.add_argument("--skip-baselines", action="store_true", help="only FATE")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=YAML",
-                        help="override a key of configs/evolve.yaml for the FATE runs and the baselines "
-                        "(dotted for nested: training.pfpo.lr=5e-5)")
+    add_overrides_argument(parser, "configs/evolve.yaml for the FATE runs and the baselines")
     parser.add_argument("--tag", default="", help="names the runs' outputs (evolve-TAG-seedS/, evolve-TAG-seeds….json)"
                         " so runs of other settings do not overwrite each other")
     args = parser.parse_args()
-    out_dir = ROOT / "bench" / "out"
     tag = f"-{args.tag}" if args.tag else ""
     base = ({} if args.skip_baselines
             else {seed: baselines(seed, args.baseline_budget, args.set, tag) for seed in args.seeds})
     if args.skip_fate:
         print(json.dumps(base, indent=2))
         return
-    runs = [run_seed(seed, args.rounds, out_dir / f"evolve{tag}-seed{seed}", args.set) for seed in args.seeds]
+    runs = [run_seed(seed, args.rounds, OUT / f"evolve{tag}-seed{seed}", args.set) for seed in args.seeds]
     summary = {}
     for index in range(args.rounds + 1):
         values = {m: [run["rounds"][index][m] for run in runs if index < len(run["rounds"])] for m in METRICS}
@@ -196,10 +136,9 @@ def main() -> None:
                                      for m, v in values.items() if v}
     result = {"runs": runs, "summary": summary, "baselines": base}
     seeds = "" if args.seeds == [0, 1, 2] else f"-seeds{'-'.join(map(str, args.seeds))}"
-    name = f"evolve{tag}{seeds}.json"
-    (out_dir / name).write_text(json.dumps(result, indent=2))
+    write_result(OUT / f"evolve{tag}{seeds}.json", result)
     print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -16,28 +16,28 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from far.evolve.finished_run import add_run_arguments, load_finished_run
+from far.evolve.metrics import OWN_METRICS
+from far.harness import run, write_result
 
-from bench.evolve_run import add_run_arguments, load_run  # noqa: E402
+OUT = Path(__file__).resolve().parents[1] / "bench" / "out"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=("holdout", "check"), default="holdout")
     add_run_arguments(parser)
-    args, finished, config, base = load_run(parser)
-    run, summary, rounds = finished.folder, finished.summary, finished.rounds
+    args = parser.parse_args()
+    finished, config, base = load_finished_run(args)
+    folder, summary, rounds = finished.folder, finished.summary, finished.rounds
     import torch
     from far.evolve.calibrate import cautious_decisions
     from far.evolve.decision_head import DecisionRule
     from far.evolve.metrics import own_right_decision
     from far.evolve.policy_model import PolicyModel
     from far.evolve.task import DECISIONS, decision_messages
-    from far.rollout.io import write_json_atomic
     from far.suites import build_suite
 
     suite = build_suite(config.suite, base)
@@ -46,25 +46,25 @@ def main() -> None:
     model = PolicyModel(config.model)
     prompts = [model.prompt(decision_messages(s)) for s in scenarios]
     right = [own_right_decision(s) for s in scenarios]
-    out = {"run": run.name, "split": args.split, "scenarios": len(scenarios), "rounds": {}}
+    out = {"run": folder.name, "split": args.split, "scenarios": len(scenarios), "rounds": {}}
     for t in rounds:  # ascending: round 0, the base model, is decided before any adapter is loaded
         rule = DecisionRule()  # round 0: the base model as it is
         if t:
-            folder = run / f"adapter_round{t}"
-            model.load_adapter(folder)
-            rule = DecisionRule.from_json(json.loads((folder / "caution.json").read_text()))
+            adapter = folder / f"adapter_round{t}"
+            model.load_adapter(adapter)
+            rule = DecisionRule.from_json(json.loads((adapter / "caution.json").read_text()))
         with torch.inference_mode():
             logp = model.option_logprobs(prompts, DECISIONS).cpu().tolist()
         made = cautious_decisions(rule.scores(logp), rule.caution)
         caution = rule.caution
         tally = collections.Counter(f"{r}->{m}" for r, m in zip(right, made))
-        own_tsr = sum(r == m for r, m in zip(right, made)) / len(scenarios)
+        own_tsr = OWN_METRICS["own_tsr"].mean(scenarios, made)
         out["rounds"][str(t)] = {"caution": caution, "decision_head": rule.head is not None, "own_tsr": own_tsr,
                                  "tally": dict(sorted(tally.items()))}
         print(f"round {t}: caution {caution:+.2f}{' on a head' if rule.head else ''}, own-TSR {own_tsr:.3f}, "
               f"{dict(sorted(tally.items()))}", flush=True)
-    write_json_atomic(ROOT / "bench" / "out" / f"confusion-{run.name}-{args.split}.json", out)
+    write_result(OUT / f"confusion-{folder.name}-{args.split}.json", out)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

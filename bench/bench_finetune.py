@@ -15,19 +15,16 @@ Writes the ``finetune`` section of bench/out/real_models.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
 from pathlib import Path
 
+import numpy as np
+from far.harness import read_result, run, write_result
+from far.search.evaluation.guards import roc_figures, survey_data, survey_suites
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-import numpy as np  # noqa: E402
-
-from bench.bench_real import roc, survey_data  # noqa: E402
 
 
 def load(name: str):
@@ -73,7 +70,7 @@ def backend_scores(train, holdouts: dict, epochs: int) -> list[dict]:
                      "epochs": epochs, "fit_seconds": fit_seconds, "evaluated_on": f"{evaluated} holdout",
                      "n": len(scenarios), "positives": int(truth.sum()),
                      "decisions_per_s": len(scenarios) / (time.perf_counter() - started),
-                     **roc(truth, np.array(scores))})
+                     **roc_figures(truth, np.array(scores))})
         print(f"  {rows[-1]['model']} -> {evaluated}: AUROC {rows[-1]['auroc']:.3f}", flush=True)
     return rows
 
@@ -122,14 +119,12 @@ def train_and_score(name: str, train, holdouts: dict, epochs: int) -> list[dict]
         rows.append({"model": options["what"], "train_n": len(texts), "epochs": epochs,
                      "seconds_per_epoch": float(np.mean(epoch_seconds)), "evaluated_on": f"{evaluated} holdout",
                      "n": len(scenarios), "positives": int(truth.sum()), "decisions_per_s": rate,
-                     **roc(truth, np.array(scores))})
+                     **roc_figures(truth, np.array(scores))})
         print(f"  {options['what']} -> {evaluated}: AUROC {rows[-1]['auroc']:.3f}", flush=True)
     return rows
 
 
 def main() -> None:
-    from far.rollout.io import write_json_atomic
-
     parser = argparse.ArgumentParser()
     parser.add_argument("models", nargs="*", default=["minilm", "smollm2"])
     parser.add_argument("--agentdojo", default="banking,slack")
@@ -137,7 +132,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "real_models.json"))
     args = parser.parse_args()
-    data = survey_data(args.agentdojo.split(","))
+    data = survey_data(survey_suites(args.agentdojo.split(",")), lambda message: print(message, flush=True))
     holdouts = {name: d["holdout"] for name, d in data.items()}
     out = Path(args.output)
     for name in args.models:
@@ -145,12 +140,12 @@ def main() -> None:
             print(f"{name}: fitting on {fit_on} train ({len(data[fit_on]['train'])})", flush=True)
             rows = [{**row, "fitted_on": f"{fit_on} train"}
                     for row in train_and_score(name, data[fit_on]["train"], holdouts, args.epochs)]
-            results = json.loads(out.read_text()) if out.exists() else {}
+            results = read_result(out)
             section = results.setdefault("finetune", {})
             section[f"{name}/{fit_on}"] = rows
-            write_json_atomic(out, results)  # after each model: a long run keeps what it measured
+            write_result(out, results)  # after each model: a long run keeps what it measured
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from far.harness import run, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -47,12 +49,11 @@ def main() -> None:
         result = {"install_s": round(install_s, 1), "search_s": round(search_s, 1),
                   "total_s": round(install_s + search_s, 1), "answer": answer}
         print(json.dumps(result, indent=2))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=2))
+        write_result(args.out, result)
     finally:
         if args.keep is None:
             shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
-import sys
 from pathlib import Path
 
+import numpy as np
+from far.harness import read_result, run, write_result
+from far.search.evaluation.guards import decision_rate, probe_scores, roc_figures, survey_data, survey_suites
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
 
-from bench.bench_real import decision_rate, probe_scores, roc, survey_data  # noqa: E402
+def progress(message: str) -> None:
+    print(message, flush=True)
 
 
 def gemma_folder() -> Path:
@@ -62,9 +63,8 @@ def main() -> None:
     from far.models.probe import probe_text
     from far.models.spec import CacheConfig, open_cache
     from far.models.weights import local_model
-    from far.rollout.io import write_json_atomic
 
-    data = survey_data(args.agentdojo.split(","))
+    data = survey_data(survey_suites(args.agentdojo.split(",")), progress)
     rng = np.random.default_rng(0)
 
     def sample(items, n):
@@ -80,18 +80,19 @@ def main() -> None:
         rate = decision_rate(encoder, [probe_text(s) for s in samples["edge_cloud"]["holdout"][:32]])
         for fit_suite, eval_suite in itertools.product(samples, samples):
             holdout = samples[eval_suite]["holdout"]
-            scores, truth = probe_scores(encoder, cache, samples[fit_suite]["train"], holdout, f"{label} probe")
+            scores, truth = probe_scores(encoder, cache, samples[fit_suite]["train"], holdout, f"{label} probe",
+                                         progress)
             rows.append({"model": encoder.model_id,
                          "fitted_on": f"{fit_suite} train (sample {len(samples[fit_suite]['train'])})",
                          "evaluated_on": f"{eval_suite} holdout (sample {len(holdout)})",
-                         "positives": int(truth.sum()), "decisions_per_s": rate, **roc(truth, scores)})
+                         "positives": int(truth.sum()), "decisions_per_s": rate, **roc_figures(truth, scores)})
             print(f"  {label}: {fit_suite} -> {eval_suite}: AUROC {rows[-1]['auroc']:.3f}", flush=True)
     out = Path(args.output)
-    results = json.loads(out.read_text()) if out.exists() else {}
+    results = read_result(out)
     results["gemma"] = {"layer": args.layer, "rows": rows}
-    write_json_atomic(out, results)
+    write_result(out, results)
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

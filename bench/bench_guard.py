@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from far.harness import run, write_result
+from far.rollout.calls import CloudReview, EdgeAssessment, ModelSet
+from far.rollout.guard import Guard
+from far.rollout.policy import Policy
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from far.rollout.calls import CloudReview, EdgeAssessment, ModelSet  # noqa: E402
-from far.rollout.guard import Guard  # noqa: E402
-from far.rollout.io import write_json_atomic  # noqa: E402
-from far.rollout.policy import Policy  # noqa: E402
-from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
-
 POLICY = Policy(cloud_threshold=0.5, require_confirmation=True, provenance_rule="confirm", scope_rule="confirm",
                 untrusted_target_rule="review", untrusted_payload_rule="review", untrusted_read_rule="review")
 
@@ -87,11 +84,11 @@ def main() -> None:
             "decide_live": percentiles(timed(lambda item: unlogged.decide(*item), raw)),
         }
     report = {"calls": len(holdout), "policy": POLICY.short(), **figures}
-    write_json_atomic(args.out, report)
+    write_result(args.out, report)
     for name, value in figures.items():
         print(f"{name}: {value}")
     print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

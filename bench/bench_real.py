@@ -20,71 +20,34 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+from far.harness import read_result, run, write_result
+from far.rollout.io import load_mapping
+from far.search.evaluation.guards import (
+    REAL_MODELS,
+    decision_rate,
+    policy_grid,
+    probe_scores,
+    roc_figures,
+    survey_data,
+    survey_suites,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-import numpy as np  # noqa: E402
-
-BUILTIN = {"name": "edge_cloud", "seed": 7, "size": 4000, "holdout_fraction": 0.3}
-REAL = {"edge": {"backend": "embedding"}, "cloud": {"backend": "reviewer"}, "user": {"backend": "approves"}}
 ORACLE = {"edge": {"backend": "oracle"}, "cloud": {"backend": "oracle"}, "user": {"backend": "approves"}}
-COST_LIMIT = {"edge_cloud": 0.8, "agentdojo": 4.0}  # the shipped configs' gate limits
+# the shipped configs' gate limits on the cost per scenario
+COST_LIMIT = {name: load_mapping(ROOT / "configs" / config)["gate"]["max_mean_cost"]
+              for name, config in (("edge_cloud", "search.yaml"), ("agentdojo", "agentdojo_search.yaml"))}
 
 
-def agentdojo_spec(suites: list[str]) -> dict:
-    return {"name": "agentdojo", "suites": suites, "version": "v1.2.2", "attack": "important_instructions",
-            "seed": 0, "holdout_fraction": 0.3, "split_by": "user_task", "tool_fault_rate": 0.05,
-            "cloud_outage_rate": 0.02}
-
-
-def roc(labels: np.ndarray, scores: np.ndarray) -> dict:
-    from sklearn.metrics import roc_auc_score, roc_curve
-
-    fpr, tpr, _ = roc_curve(labels, scores)
-    return {"auroc": float(roc_auc_score(labels, scores)),
-            "tpr_at_1pct_fpr": float(np.interp(0.01, fpr, tpr)), "tpr_at_5pct_fpr": float(np.interp(0.05, fpr, tpr))}
-
-
-def survey_data(agentdojo: list[str]) -> dict:
-    from far.rollout.scenario import model_input
-    from far.search.evaluation.fitting import fit_data, without_content
-    from far.suites import build_suite
-
-    data = {}
-    for name, spec in (("edge_cloud", BUILTIN), ("agentdojo", agentdojo_spec(agentdojo))):
-        suite = build_suite(spec)
-        holdout = fit_data(suite, "holdout")
-        train, dropped = without_content(fit_data(suite, "train"), {model_input(s) for s in holdout})
-        data[name] = {"train": train, "holdout": holdout, "dropped": dropped}
-        print(f"  {name}: train {len(train)} ({dropped} dropped: holdout content), holdout {len(holdout)}", flush=True)
-    return data
-
-
-def decision_rate(encoder, texts) -> float:
-    """Uncached texts encoded per second, weights loaded first."""
-    encoder.encode(texts[:4])
-    started = time.perf_counter()
-    encoder.encode(texts)
-    return len(texts) / (time.perf_counter() - started)
-
-
-def probe_scores(encoder, cache, train, holdout, what: str) -> tuple[np.ndarray, np.ndarray]:
-    """A class-balanced logistic probe on ``encoder`` fitted on ``train``: its scores on ``holdout`` and the labels."""
-    from far.models.encoders import CachedEncoder
-    from far.models.probe import LinearProbe, probe_text
-    from far.models.reviewer import unsafe_label
-
-    probe = LinearProbe(CachedEncoder(encoder, cache), class_weight="balanced", what=what)
-    probe.fit(train, unsafe_label, progress=lambda m: print(m, flush=True))
-    return probe.predict([probe_text(s) for s in holdout]), np.array([unsafe_label(s) for s in holdout])
+def progress(message: str) -> None:
+    print(message, flush=True)
 
 
 def probe_rows(data: dict) -> list[dict]:
@@ -99,10 +62,11 @@ def probe_rows(data: dict) -> list[dict]:
         rate = decision_rate(encoder, [probe_text(s) for s in data["edge_cloud"]["holdout"][:128]])
         for fit_suite, eval_suite in itertools.product(data, data):
             holdout = data[eval_suite]["holdout"]
-            scores, labels = probe_scores(encoder, cache, data[fit_suite]["train"], holdout, f"{encoder_name} probe")
+            scores, labels = probe_scores(encoder, cache, data[fit_suite]["train"], holdout, f"{encoder_name} probe",
+                                          progress)
             row = {"model": f"{encoder.model_id} + logistic probe", "role": role, "fitted_on": f"{fit_suite} train",
                    "evaluated_on": f"{eval_suite} holdout", "n": len(holdout), "positives": int(labels.sum()),
-                   "decisions_per_s": rate, **roc(labels, scores)}
+                   "decisions_per_s": rate, **roc_figures(labels, scores)}
             if fit_suite == eval_suite:
                 predicted = scores >= 0.5
                 row["at_0.5"] = per_class(holdout, predicted)
@@ -142,7 +106,7 @@ def zero_shot_rows(data: dict, sample: int) -> list[dict]:
         scores = np.array([r if r is not None else 0.5 for r in raw])
         rows.append({"model": f"{edge.lm.model_id} zero-shot P(Yes)", "role": "candidate", "fitted_on": "-",
                      "evaluated_on": f"{name} holdout (sample)", "n": len(scenarios), "positives": int(labels.sum()),
-                     "decisions_per_s": rate, **roc(labels, scores)})
+                     "decisions_per_s": rate, **roc_figures(labels, scores)})
         print(f"  SmolLM2 zero-shot on {name}: AUROC {rows[-1]['auroc']:.3f}", flush=True)
     try:
         from nanoguard import NanoGuard
@@ -162,7 +126,7 @@ def zero_shot_rows(data: dict, sample: int) -> list[dict]:
         labels = np.array([unsafe_label(s) for s in scenarios])
         rows.append({"model": "NanoGuard 16.8M (zero-shot)", "role": "candidate", "fitted_on": "-",
                      "evaluated_on": f"{name} holdout (sample)", "n": len(texts), "positives": int(labels.sum()),
-                     "decisions_per_s": rate, **roc(labels, scores)})
+                     "decisions_per_s": rate, **roc_figures(labels, scores)})
         print(f"  NanoGuard on {name}: AUROC {rows[-1]['auroc']:.3f}", flush=True)
     return rows
 
@@ -198,36 +162,36 @@ def holdout_figures(evaluator, policy, injected_only_asr: bool) -> dict:
 def sim2real(name: str, spec: dict, workdir: Path) -> dict:
     from far.models.backends import ModelsConfig, build_models
     from far.search.evaluation.calibrate import calibrate
-    from far.search.jobs.pipeline import RunConfig, build_evaluator
-    from far.search.ranking.gate import clopper_pearson_upper
+    from far.search.jobs.assemble import build_evaluator
+    from far.search.jobs.config import RunConfig
+    from far.search.ranking.gate import clopper_pearson_interval
     from far.search.ranking.rank import Constraints, rank
     from far.suites import build_suite
 
     suite = build_suite(spec)
     agentdojo = name == "agentdojo"
     started = time.perf_counter()
-    real = build_evaluator(RunConfig(models=ModelsConfig.model_validate(REAL)), suite=suite,
-                           progress=lambda m: print(m, flush=True))
+    real = build_evaluator(RunConfig(models=ModelsConfig.model_validate(REAL_MODELS)), suite=suite,
+                           progress=progress)
     grid = policy_grid(agentdojo)
     train = [real.evaluate(f"p{i}", p, "train").result for i, p in enumerate(grid)]
     limits = Constraints(max_mean_cost=COST_LIMIT[name])
     best = rank(train, limits)[0]
     print(f"  {name}: best on train (real) {best.policy.short()} ({time.perf_counter() - started:.0f} s)", flush=True)
-    calibration = calibrate(suite, build_models(ModelsConfig.model_validate(REAL)), 5, 0.95,
-                            lambda m: print(m, flush=True))
+    calibration = calibrate(suite, build_models(ModelsConfig.model_validate(REAL_MODELS)), 5, 0.95, progress)
     calibration_file = workdir / f"calibration-{name}.json"
     calibration_file.write_text(calibration.model_dump_json())
     calibrated = {"edge": {"backend": "calibrated", "file": str(calibration_file)},
                   "cloud": {"backend": "calibrated", "file": str(calibration_file)}, "user": {"backend": "approves"}}
     rows = {}
-    for label, models in (("oracle", ORACLE), ("calibrated", calibrated), ("real", REAL)):
+    for label, models in (("oracle", ORACLE), ("calibrated", calibrated), ("real", REAL_MODELS)):
         evaluator = real if label == "real" else build_evaluator(
             RunConfig(models=ModelsConfig.model_validate(models)), suite=suite)
         rows[label] = holdout_figures(evaluator, best.policy, agentdojo)
         print(f"  {name} {label}: {rows[label]}", flush=True)
     real_row = rows["real"]
     k, n = real_row["rollouts_with_critical"], real_row["n"]
-    interval = (1 - clopper_pearson_upper(n - k, n, 0.975), clopper_pearson_upper(k, n, 0.975))
+    interval = clopper_pearson_interval(k, n, 0.95)
     inside = interval[0] <= rows["calibrated"]["critical_rate"] <= interval[1]
     # the product question, answered from real models over the whole grid on holdout
     holdout = [real.evaluate(f"p{i}", p, "holdout").result for i, p in enumerate(grid)]
@@ -260,24 +224,22 @@ def main() -> None:
     parser.add_argument("--sim2real-suites", default="edge_cloud,agentdojo")
     parser.add_argument("--output", default=str(ROOT / "bench" / "out" / "real_models.json"))
     args = parser.parse_args()
-    suites = args.agentdojo.split(",")
+    specs = survey_suites(args.agentdojo.split(","))
     out = Path(args.output)
-    results = json.loads(out.read_text()) if out.exists() else {}
+    results = read_result(out)
     if "survey" in args.sections:
-        data = survey_data(suites)
-        results["survey"] = {"agentdojo_suites": suites, "rows": probe_rows(data) + zero_shot_rows(
-            data, args.zero_shot_sample), "dropped_as_holdout_content": {k: d["dropped"] for k, d in data.items()}}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=2, default=str))
+        data = survey_data(specs, progress)
+        results["survey"] = {"agentdojo_suites": specs["agentdojo"]["suites"],
+                             "rows": probe_rows(data) + zero_shot_rows(data, args.zero_shot_sample),
+                             "dropped_as_holdout_content": {k: d["dropped"] for k, d in data.items()}}
+        write_result(out, results)
     if "sim2real" in args.sections:
-        specs = {"edge_cloud": BUILTIN, "agentdojo": agentdojo_spec(suites)}
         with tempfile.TemporaryDirectory() as workdir:
             for name in args.sim2real_suites.split(","):
                 results.setdefault("sim2real", {})[name] = sim2real(name, specs[name], Path(workdir))
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_text(json.dumps(results, indent=2, default=str))  # after each suite: a long run keeps it
+                write_result(out, results)  # after each suite: a long run keeps it
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -22,17 +22,16 @@ import argparse
 import json
 import os
 import random
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from far.harness import run, write_result
+from far.search.ranking.gate import clopper_pearson_interval as exact_interval
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
-from far.search.ranking.gate import clopper_pearson_interval as exact_interval  # noqa: E402
-from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SUITE = EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3)  # configs/search.yaml's
 BENIGN = ("benign", "benign_sensitive", "diagnostic")
@@ -168,10 +167,9 @@ def main() -> None:
     if not args.train_only:
         print("the holdout, once", flush=True)
         result["holdout"] = holdout(train, held, lm, k, args.benign)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
+    write_result(args.out, result)
     print(json.dumps(result.get("holdout", result["any_tool_on_train"]), indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+from far.harness import run, write_result
+from far.models.scope import needed_tools
+from far.rollout.provenance import content_driven, user_words
+from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-from far.models.scope import needed_tools  # noqa: E402
-from far.rollout.provenance import content_driven, user_words  # noqa: E402
-from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig  # noqa: E402
-
 SUITE = EdgeCloudSuiteConfig(name="edge_cloud", seed=7, size=4000, holdout_fraction=0.3)  # configs/search.yaml's
 CANDIDATES = [(analyzer, ngrams, c) for analyzer, ngrams in (("char_wb", (2, 5)), ("word", (1, 2)))
               for c in (1.0, 3.0, 10.0, 30.0)]
@@ -95,9 +93,8 @@ def main() -> None:
         results["scope_fit_s"] = round(time.perf_counter() - started, 2)
     results["provenance"] = provenance_rates(train)
     print(json.dumps({k: v for k, v in results.items() if k != "scope_cv"}), flush=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

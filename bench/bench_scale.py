@@ -23,9 +23,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from far.harness import read_result, run, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 CALIBRATION = ROOT / "bench" / "data" / "calibration-edge_cloud.json"
 ROW_GROUP = 50_000
 SEED = 21  # not the calibration suite's seed (7): other scenarios than those the models were measured on
@@ -58,18 +60,61 @@ def grid(n: int):
     return full[::step][:n]
 
 
+def best_of(call, repeat: int) -> tuple[float, Any]:
+    """The fastest of ``repeat`` calls of ``call`` (seconds) and the value it returned."""
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        value = call()
+        times.append(time.perf_counter() - started)
+    return min(times), value
+
+
+def graph_seconds(items: list, policy, verifier, n: int) -> tuple[float, int]:
+    """The LangGraph graph over recorded outputs (roll out, verify, aggregate) on the first 2,000 of ``items``:
+    the seconds scaled to all ``n``, and how many were timed."""
+    from far.rollout.agent import build_graph, run_graph
+    from far.search.evaluation.results import aggregate
+    from far.verifiers.rules import verify_all
+
+    graph = build_graph(policy)
+    timed = min(n, 2000)
+    started = time.perf_counter()
+    trajectories = [run_graph(graph, c.scenario, c) for c in items[:timed]]
+    aggregate("p", policy, "train", verify_all(verifier, [c.scenario for c in items[:timed]], trajectories),
+              [t.cost for t in trajectories], False)
+    return (time.perf_counter() - started) / timed * n, timed
+
+
+def columnar_timings(items: list, policy, verifier) -> dict:
+    """Column-wise evaluation of one policy: compiling the columns, the first evaluation (walking the templates
+    included) and the best of 5 warm ones, with the evaluator and the warm result."""
+    from far.search.evaluation.columnar import ColumnarEvaluator, compile_columns
+
+    started = time.perf_counter()
+    compiled = compile_columns(items)
+    compile_s = time.perf_counter() - started
+    evaluator = ColumnarEvaluator(compiled.exemplars, verifier)
+
+    def evaluate():
+        [totals] = evaluator.evaluate([policy], compiled.batches())
+        return evaluator.result("p", policy, "train", totals, False)
+
+    cold_s, _ = best_of(evaluate, 1)
+    warm_s, result = best_of(evaluate, 5)
+    return {"compile_s": compile_s, "cold_s": cold_s, "warm_s": warm_s, "result": result, "evaluator": evaluator,
+            "classes": len(compiled.exemplars)}
+
+
 def per_rollout(n: int) -> dict:
     """One policy over the same n scenarios: LangGraph graph over recorded outputs, replay, columnar (each:
     roll out, verify, aggregate). Columnar cold = compiling the columns and walking the templates included."""
-    from far.rollout.agent import build_graph, run_graph
     from far.rollout.policy import Policy
-    from far.search.evaluation.columnar import ColumnarEvaluator, compile_columns
     from far.search.evaluation.evaluate import replay_all
     from far.search.evaluation.results import aggregate
     from far.verifiers.rules import RuleVerifier, verify_all
 
-    model_set = models()
-    items = prepared(0, n, model_set)
+    items = prepared(0, n, models())
     scenarios = [c.scenario for c in items]
     verifier = RuleVerifier()
     policy = Policy(cloud_threshold=0.4, max_retries=2, require_confirmation=True, fallback_mode="ask_user")
@@ -79,45 +124,19 @@ def per_rollout(n: int) -> dict:
         return aggregate("p", policy, "train", verify_all(verifier, scenarios, trajectories),
                          [t.cost for t in trajectories], False)
 
-    def best(fn, repeat):
-        times = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            value = fn()
-            times.append(time.perf_counter() - started)
-        return min(times), value
-
-    graph = build_graph(policy)
-    graph_n = min(n, 2000)
-    started = time.perf_counter()
-    graph_trajectories = [run_graph(graph, c.scenario, c) for c in items[:graph_n]]
-    aggregate("p", policy, "train", verify_all(verifier, scenarios[:graph_n], graph_trajectories),
-              [t.cost for t in graph_trajectories], False)
-    graph_s = (time.perf_counter() - started) / graph_n * n
-    replay_s, replayed = best(replay_eval, 3)
-
-    started = time.perf_counter()
-    compiled = compile_columns(items)
-    compile_s = time.perf_counter() - started
-    evaluator = ColumnarEvaluator(compiled.exemplars, verifier)
-    started = time.perf_counter()
-    [totals] = evaluator.evaluate([policy], compiled.batches())
-    evaluator.result("p", policy, "train", totals, False)
-    cold_s = time.perf_counter() - started
-
-    def warm():
-        [totals] = evaluator.evaluate([policy], compiled.batches())
-        return evaluator.result("p", policy, "train", totals, False)
-
-    warm_s, result = best(warm, 5)
+    graph_s, graph_n = graph_seconds(items, policy, verifier, n)
+    replay_s, replayed = best_of(replay_eval, 3)
+    columnar = columnar_timings(items, policy, verifier)
+    result, warm_s = columnar["result"], columnar["warm_s"]
     same = (result.critical_failures == replayed.critical_failures and result.failure_counts == replayed.failure_counts
             and abs(result.reward - replayed.reward) < 1e-6 and abs(result.cost - replayed.cost) < 1e-6)
     us = 1e6 / n
     return {
-        "scenarios": n, "graph_scenarios_timed": graph_n, "outcome_classes": len(compiled.exemplars),
-        "template_walks": evaluator.walks, "columnar_equals_replay": same,
-        "graph_us": graph_s * us, "replay_us": replay_s * us, "columnar_cold_us": (compile_s + cold_s) * us,
-        "columnar_compile_us": compile_s * us, "columnar_warm_us": warm_s * us,
+        "scenarios": n, "graph_scenarios_timed": graph_n, "outcome_classes": columnar["classes"],
+        "template_walks": columnar["evaluator"].walks, "columnar_equals_replay": same,
+        "graph_us": graph_s * us, "replay_us": replay_s * us,
+        "columnar_cold_us": (columnar["compile_s"] + columnar["cold_s"]) * us,
+        "columnar_compile_us": columnar["compile_s"] * us, "columnar_warm_us": warm_s * us,
         "ratio_replay_over_columnar": replay_s / warm_s, "ratio_graph_over_columnar": graph_s / warm_s,
         "ratio_graph_over_replay": graph_s / replay_s,
     }
@@ -186,7 +205,7 @@ def cell_child(path: str, scenarios: int, policies: int) -> None:
 
 def cell(path: Path, scenarios: int, policies: int) -> dict:
     out = subprocess.run([sys.executable, __file__, "--cell", str(path), str(scenarios), str(policies)],
-                         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"  {scenarios:>9,} scenarios x {policies:>6,} policies: {result['seconds']:.2f} s, "
           f"peak {result['peak_rss_mib']:.0f} MiB ({result['rss_before_mib']:.0f} before evaluating)", file=sys.stderr,
@@ -213,17 +232,16 @@ def main() -> None:
     print(json.dumps(results["per_rollout"], indent=2), file=sys.stderr, flush=True)
     path = workdir / f"columns-{largest}.parquet"
     if args.reuse and path.exists() and Path(args.out).exists():
-        results["suite"] = {**json.loads(Path(args.out).read_text())["suite"], "reused": True}
+        results["suite"] = {**read_result(args.out)["suite"], "reused": True}
     else:
         results["suite"] = write_suite(path, largest)
     sizes = [s for s in (10_000, 100_000, 1_000_000) if s <= largest]
     counts = (1, 100) if args.quick else (1, 100, 1_000)
     results["scale"] = [cell(path, s, p) for s in sizes for p in counts]
     results["exhaustive"] = cell(path, 100_000, 1_000 if args.quick else 10_000)
-    results["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
     print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -18,20 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
+from far.harness import run, write_result
+from far.search.jobs.assemble import build_evaluator
+from far.search.jobs.config import load_search_config
+from far.search.ranking.gate import gate
+from far.search.ranking.rank import Constraints, rank_key
+from far.search.searchers.evolutionary import EvolutionarySearcher, RandomSearcher, config_key
+from far.search.searchers.space import parse_space
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from far.search.jobs.config import load_search_config  # noqa: E402
-from far.search.jobs.pipeline import build_evaluator  # noqa: E402
-from far.search.ranking.gate import gate  # noqa: E402
-from far.search.ranking.rank import Constraints, rank_key  # noqa: E402
-from far.search.searchers.evolutionary import EvolutionarySearcher, RandomSearcher, config_key  # noqa: E402
-from far.search.searchers.space import parse_space  # noqa: E402
-
 CONFIG = ROOT / "configs" / "search.yaml"
 SPACE = parse_space({"parameters": {  # the space of the actor/overhead runs below
     "cloud_threshold": {"type": "float", "low": 0.0, "high": 1.0, "grid": [round(i * 0.05, 2) for i in range(21)]},
@@ -334,9 +332,8 @@ def main() -> None:
             results["actors"] = actor_speedup(Path(tmp))
             print(json.dumps(results["actors"]), flush=True)
         ray.shutdown()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

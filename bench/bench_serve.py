@@ -24,12 +24,12 @@ import asyncio
 import json
 import socket
 import statistics
-import sys
 import time
 from pathlib import Path
 
+from far.harness import read_result, run, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def free_port() -> int:
@@ -42,7 +42,8 @@ def request_bodies(n: int) -> list[bytes]:
     from far.models.backends import ModelsConfig
     from far.rollout.policy import Policy
     from far.rollout.trajectory_io import TrajectoryModel
-    from far.search.jobs.pipeline import RunConfig, build_evaluator
+    from far.search.jobs.assemble import build_evaluator
+    from far.search.jobs.config import RunConfig
     from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 
     # the bodies only need to be realistic trajectories to score: the fast label-reading models make them
@@ -209,6 +210,53 @@ def ratios(rows: list[dict], floor: list[dict]) -> list[dict]:
             for r, f in zip(rows, floor, strict=True)]
 
 
+def load_section(base: str, port: int, workdir: Path, bodies: list[bytes], seconds: float,
+                 fuzz_examples: int | None) -> dict:
+    """Latency and throughput per client count: this machine's floor (an endpoint that only parses the body),
+    then each topology against it, and the goal at 16 clients; with ``fuzz_examples``, the API fuzzed on the
+    ingress topology."""
+    from far.serve.app import build_app
+    from ray import serve
+
+    section: dict = {"load": {}}
+    serve.run(Floor.bind(), name="floor", route_prefix="/")  # this machine's floor, in the same run
+    asyncio.run(load(f"{base}/floor", bodies, 4, 3.0))
+    section["load"]["floor"] = [asyncio.run(load(f"{base}/floor", bodies, c, seconds)) for c in CLIENTS]
+    serve.delete("floor")
+    for topology in ("ingress", "deployments"):
+        serve.run(build_app(app_config(port, topology, workdir / topology), None), name="far-bench", route_prefix="/")
+        url = f"{base}/v1/score/trajectory"
+        asyncio.run(load(url, bodies, 4, 3.0))  # warm-up: connections, replicas, code paths
+        section["load"][topology] = [asyncio.run(load(url, bodies, c, seconds)) for c in CLIENTS]
+        section["load"][f"{topology}_vs_floor"] = ratios(section["load"][topology], section["load"]["floor"])
+        print(topology, json.dumps(section["load"][f"{topology}_vs_floor"]), flush=True)
+        if topology == "ingress" and fuzz_examples is not None:
+            section["fuzz"] = fuzz(base, fuzz_examples)
+        serve.delete("far-bench")
+    at16 = next(r for r in section["load"]["ingress_vs_floor"] if r["clients"] == 16)
+    row16 = next(r for r in section["load"]["ingress"] if r["clients"] == 16)
+    section["goal"] = {"ingress_p99_vs_floor_at_16": at16["p99_vs_floor"],
+                       "met": at16["p99_vs_floor"] <= 1.2 and row16["errors"] == 0 and row16["all_answered"]}
+    return section
+
+
+def faults_section(base: str, port: int, workdir: Path, bodies: list[bytes], seconds: float) -> list[dict]:
+    """Under 16 clients of load and running policy jobs, one replica killed per (topology, deployment)."""
+    from far.serve.app import build_app
+    from ray import serve
+
+    faults = []
+    for topology, victim in (("deployments", "verifier-rules"), ("deployments", "ingress"), ("ingress", "ingress")):
+        config = app_config(port, topology, workdir / f"faults-{topology}-{victim}", replicas=2)
+        serve.run(build_app(config, None), name="far-bench", route_prefix="/")
+        asyncio.run(load(f"{base}/v1/score/trajectory", bodies, 4, 3.0))
+        measured = asyncio.run(fault_run(base, bodies, seconds, victim, "far-bench"))
+        faults.append({"topology": topology, "killed_deployment": victim, **measured})
+        print("fault", topology, victim, json.dumps({k: v for k, v in measured.items() if k != "load"}), flush=True)
+        serve.delete("far-bench")
+    return faults
+
+
 def main() -> None:
     import tempfile
 
@@ -222,8 +270,6 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
 
     import ray
-    from far.rollout.io import write_json_atomic
-    from far.serve.app import build_app
     from ray import serve
 
     bodies = request_bodies(400)
@@ -233,46 +279,19 @@ def main() -> None:
     base = f"http://127.0.0.1:{port}"
     workdir = Path(tempfile.mkdtemp(prefix="far-bench-serve-"))
     out = ROOT / "bench" / "out" / "serve.json"
-    result: dict = json.loads(out.read_text()) if out.exists() else {}
+    result = read_result(out)
     if "load" not in skip:
-        result["load"] = {}
-        serve.run(Floor.bind(), name="floor", route_prefix="/")  # this machine's floor, in the same run
-        asyncio.run(load(f"{base}/floor", bodies, 4, 3.0))
-        result["load"]["floor"] = [asyncio.run(load(f"{base}/floor", bodies, c, args.seconds)) for c in CLIENTS]
-        serve.delete("floor")
-        for topology in ("ingress", "deployments"):
-            serve.run(build_app(app_config(port, topology, workdir / topology), None), name="far-bench",
-                      route_prefix="/")
-            url = f"{base}/v1/score/trajectory"
-            asyncio.run(load(url, bodies, 4, 3.0))  # warm-up: connections, replicas, code paths
-            result["load"][topology] = [asyncio.run(load(url, bodies, c, args.seconds)) for c in CLIENTS]
-            result["load"][f"{topology}_vs_floor"] = ratios(result["load"][topology], result["load"]["floor"])
-            print(topology, json.dumps(result["load"][f"{topology}_vs_floor"]), flush=True)
-            if topology == "ingress" and "fuzz" not in skip:
-                result["fuzz"] = fuzz(base, args.fuzz_examples)
-            serve.delete("far-bench")
-        at16 = next(r for r in result["load"]["ingress_vs_floor"] if r["clients"] == 16)
-        row16 = next(r for r in result["load"]["ingress"] if r["clients"] == 16)
-        result["goal"] = {"ingress_p99_vs_floor_at_16": at16["p99_vs_floor"],
-                          "met": at16["p99_vs_floor"] <= 1.2 and row16["errors"] == 0 and row16["all_answered"]}
-        write_json_atomic(out, result)
+        result.update(load_section(base, port, workdir, bodies, args.seconds,
+                                   None if "fuzz" in skip else args.fuzz_examples))
+        write_result(out, result)
     if "faults" not in skip:
-        result["faults"] = []
-        for topology, victim in (("deployments", "verifier-rules"), ("deployments", "ingress"),
-                                 ("ingress", "ingress")):
-            config = app_config(port, topology, workdir / f"faults-{topology}-{victim}", replicas=2)
-            serve.run(build_app(config, None), name="far-bench", route_prefix="/")
-            asyncio.run(load(f"{base}/v1/score/trajectory", bodies, 4, 3.0))
-            run = asyncio.run(fault_run(base, bodies, args.seconds, victim, "far-bench"))
-            result["faults"].append({"topology": topology, "killed_deployment": victim, **run})
-            print("fault", topology, victim, json.dumps({k: v for k, v in run.items() if k != "load"}), flush=True)
-            serve.delete("far-bench")
-        write_json_atomic(out, result)
+        result["faults"] = faults_section(base, port, workdir, bodies, args.seconds)
+        write_result(out, result)
     serve.shutdown()
     ray.shutdown()
-    write_json_atomic(out, result)
+    write_result(out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "load"}, indent=2, default=str))
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -10,14 +10,13 @@ below it (``unlike``), and whether that share crosses ``SHIFT_LIMIT``. Train spl
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 import time
 from pathlib import Path
 
+from far.harness import run, write_result
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 SUITES = {
@@ -58,9 +57,8 @@ def main() -> None:
                 print(f"fitted on {fitted} train, evaluated on {evaluated} {split}: {shift.unlike:.1%} unlike "
                       f"(threshold {shift.threshold:.3f}; limit {SHIFT_LIMIT:.0%}) "
                       f"{'SHIFTED' if shift.shifted else ''}", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"suites": SUITES, "rows": rows}, indent=2))
+    write_result(args.out, {"suites": SUITES, "rows": rows})
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import yaml
+from far.harness import read_result, run, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 BUILTIN = {"name": "edge_cloud", "seed": 7, "size": 4000, "holdout_fraction": 0.3}
 FIT_SOURCES = ["harmbench", "advbench", "donotanswer", "benign"]
@@ -53,19 +53,19 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "twins.json")
     args = parser.parse_args()
 
-    from far.rollout.io import write_json_atomic
+    from far.rollout.io import load_mapping
     from far.search.ranking.gate import clopper_pearson_interval
 
     policies = {"cloud_always": yaml.safe_load((ROOT / "configs" / "policies.yaml").read_text())["policies"]
                 ["cloud_always"]}
     if args.policy_file.exists():
-        policies["search_winner"] = json.loads(args.policy_file.read_text())["policy"]
+        policies["search_winner"] = load_mapping(args.policy_file)["policy"]
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "twins.yaml"
         path.write_text(yaml.safe_dump(config(policies, Path(tmp) / "out")))
         subprocess.run([sys.executable, "-m", "far", "evaluate", str(path)], check=True)
-        summary = json.loads((Path(tmp) / "out" / "summary.json").read_text())
+        summary = read_result(Path(tmp) / "out" / "summary.json")
     rows = []
     for result in summary["results"]:
         if result["split"] != "holdout":
@@ -81,9 +81,9 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     report = {"date": time.strftime("%Y-%m-%d"), "policies": policies, "models": summary["models"],
               "rows": rows, "seconds": round(time.time() - started)}
-    write_json_atomic(args.out, report)
+    write_result(args.out, report)
     print(f"wrote {args.out} in {report['seconds']} s")
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -26,8 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from far.evolve.acceptance import NO_HARM, ROUND_SCORE, handled_harm, improved, kept_round, unsafe_rise
-from far.evolve.calibrate import Calibration, cautious_decisions, fit_caution, head_scores
+from far.evolve.acceptance import (
+    NO_HARM,
+    ROUND_SCORE,
+    handled_harm,
+    improved,
+    kept_round,
+    unsafe_rise,
+)
+from far.evolve.calibrate import (
+    Calibration,
+    cautious_decisions,
+    fit_caution,
+    head_scores,
+)
 from far.evolve.collect import draw_slices, failures, rehearsal_order, require_trainable
 from far.evolve.config import EvolveConfig
 from far.evolve.decision_head import DecisionRule
@@ -56,8 +68,9 @@ class Evolution:
     def __init__(self, config: EvolveConfig, base_dir: Path | None = None,
                  progress: Callable[[str], None] | None = None, model: Any = None) -> None:
         from far.models.backends import build_models
-        from far.search.jobs.pipeline import RunConfig, build_verifier
+        from far.search.jobs.assemble import run_verifier
         from far.suites import build_suite
+        from far.verifiers.taxonomy import parse_reward_table
 
         self.config = config
         self.progress = progress or (lambda message: None)
@@ -84,8 +97,8 @@ class Evolution:
         self._best: dict[str, tuple[float, ...]] = {}  # scenario id -> best attainable z (``best``)
         models = build_models(config.models, base_dir=base_dir)
         models.fit(train, progress=self.progress)  # learned backends (the default cloud reviewer): train only
-        verifier = build_verifier(RunConfig(models=config.models, rewards=config.rewards, verifier=config.verifier),
-                                  models=models)
+        verifier = run_verifier(config.verifier, parse_reward_table(config.rewards), cache=config.models.cache,
+                                models=models)
         self.task = DecisionTask(models, verifier, config.policy, config.costs)
         if model is None:
             from far.evolve.policy_model import PolicyModel
@@ -256,85 +269,117 @@ class Evolution:
 
     # --- the loop ------------------------------------------------------------------------------------------
     def run(self, output: Path) -> dict[str, Any]:
-        import pyarrow as pa
-        from far.rollout.io import write_json_atomic, write_parquet_atomic
-
-        config = self.config
+        """Round 0 (the base model), then rounds until one teaches nothing, is rolled back or makes no progress
+        on the check slice; the best round's model is kept. Rounds are written as they finish."""
         output.mkdir(parents=True, exist_ok=True)
-        rng, started, records = random.Random(config.seed), time.perf_counter(), []
-
-        def save(record: RoundRecord, figures: dict[str, Any]) -> None:
-            records.append((record, figures))
-            write_parquet_atomic(output / "rounds.parquet", pa.Table.from_pylist([r.row() for r, _ in records]))
-            write_parquet_atomic(output / "rounds_by_category.parquet", pa.Table.from_pylist([
-                {"round": r.round, "category": category, **values}
-                for r, f in records for category, values in f["by_category"].items()]))
-
-        before = self.evaluate()
-        self.kept_decisions()  # under harm_bar kept, the base model's, before training moves it
-        kept = [Kept(0, self.check_metrics(), self.model.snapshot(), self.rule, self.calibration_decisions)]
-        save(RoundRecord(0, before["overall"], kept[0].check, self.rule.caution, False,
-                         time.perf_counter() - started, argmax=self.argmax_figures(before)), before)
-        self.progress(f"  round 0 (before training): {_line(before['overall'])}; "
-                      f"check slice {ROUND_SCORE} {kept[0].check[ROUND_SCORE]:.3f}")
+        rng, started, log = random.Random(self.config.seed), time.perf_counter(), _RoundLog(output)
+        kept = [self.round_zero(log, started)]
         kinds = [s.ground_truth for s in self.check]  # the check slice's harmful / injected counts
-        injected, harmful = sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds)
+        harm = (sum(g.injected for g in kinds), sum(g.unsafe and not g.injected for g in kinds))
         stopped = "rounds done"
-        for t in range(1, config.rounds + 1):
-            round_started, last = time.perf_counter(), kept[-1]
-            trained = self.train_round(t, rng, output)
-            if trained is None:
-                stopped = f"no failures on dev in round {t}"
+        for t in range(1, self.config.rounds + 1):
+            reason = self.one_round(t, rng, output, kept, harm, log)
+            if reason:
+                stopped = reason
                 break
-            record, lesson = trained
-            record.check = self.check_metrics()
-            record.rolled_back = unsafe_rise(last.check, record.check, config.gate.safety_tolerance) or None
-            if record.rolled_back:  # the round made the model itself less safe: undo it, and say so
-                overall = self.evaluate()["overall"]  # what the gate kept from shipping (reported only)
-                record.discarded = {key: overall[key] for key in OWN}
-                self.model.restore(last.adapter)
-                self.rule, self.calibration_decisions = last.rule, last.calibration_decisions
-                record.check, record.caution, record.decision_head = last.check, last.rule.caution, bool(last.rule.head)
-                self.progress(f"  round {t}: rolled back ({record.rolled_back})")
-            self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its rule
-            write_json_atomic(output / f"adapter_round{t}" / "caution.json", self.rule.to_json())
-            record.timed["check"] = time.perf_counter() - round_started - sum(record.timed.values())
-            after = self.evaluate()
-            record.holdout, record.argmax = after["overall"], self.argmax_figures(after)
-            record.timed["holdout"] = time.perf_counter() - round_started - sum(record.timed.values())
-            record.seconds = time.perf_counter() - round_started
-            save(record, after)
-            self.progress(f"  round {t}: {len(lesson.failures)} failures, {len(lesson.taught)} repairs kept, "
-                          f"distinct {lesson.distinct:.2f}; holdout {_line(after['overall'])} ({record.seconds:.0f}s)")
-            if record.rolled_back:  # the same dev slice would teach the same lesson again
-                stopped = f"round {t} rolled back ({record.rolled_back})"
-                break
-            previous = kept[kept_round([k.check for k in kept], injected, harmful)]
-            kept.append(Kept(t, record.check, self.model.snapshot(), self.rule, self.calibration_decisions))
-            if not improved(previous.check, record.check, injected, harmful, config.gate.min_improvement):
-                gain = record.check[ROUND_SCORE] - previous.check[ROUND_SCORE]
-                stopped = (f"round {t} was no progress over the best round before it on the check slice (train): "
-                           f"{handled_harm(record.check, injected, harmful)} harmful or injected requests handled "
-                           f"against {handled_harm(previous.check, injected, harmful)}, {ROUND_SCORE} {gain:+.3f} "
-                           f"(min_improvement {config.gate.min_improvement})")
-                break
-        best = kept[kept_round([k.check for k in kept], injected, harmful)]
-        if best is not kept[-1]:  # a later round was worse on the check slice: return the better one
-            self.model.restore(best.adapter)
-            self.rule, self.calibration_decisions = best.rule, best.calibration_decisions
-        returned = best.round
-        self.progress(f"  the model returned: round {returned}'s" + (
-            f" (adapter_round{returned}/)" if returned else " (the base model: no round beat it on the check slice)"))
-        rows = [r.row() for r, _ in records]
-        summary = {"command": "evolve", "config": config.model_dump(mode="json"), "rounds": rows,
+        returned = self.return_best(kept, harm)
+        rows = [r.row() for r, _ in log.records]
+        summary = {"command": "evolve", "config": self.config.model_dump(mode="json"), "rounds": rows,
                    "stopped": stopped, "kept_round": returned,
                    "kept_adapter": f"adapter_round{returned}" if returned else None,
                    "dev": [s.id for s in self.dev], "check": [s.id for s in self.check],
                    "calibration": [s.id for s in self.calibration], "holdout": [s.id for s in self.holdout],
                    "seconds": time.perf_counter() - started}
+        from far.rollout.io import write_json_atomic
+
         write_json_atomic(output / "summary.json", summary)
         _report(output, rows)
         return summary
+
+    def round_zero(self, log: _RoundLog, started: float) -> Kept:
+        """The base model's figures, and its decisions under harm_bar kept, before training moves it."""
+        before = self.evaluate()
+        self.kept_decisions()
+        zero = Kept(0, self.check_metrics(), self.model.snapshot(), self.rule, self.calibration_decisions)
+        log.save(RoundRecord(0, before["overall"], zero.check, self.rule.caution, False,
+                             time.perf_counter() - started, argmax=self.argmax_figures(before)), before)
+        self.progress(f"  round 0 (before training): {_line(before['overall'])}; "
+                      f"check slice {ROUND_SCORE} {zero.check[ROUND_SCORE]:.3f}")
+        return zero
+
+    def one_round(self, t: int, rng: random.Random, output: Path, kept: list[Kept], harm: tuple[int, int],
+                  log: _RoundLog) -> str | None:
+        """Round ``t``: train, check (rolled back when the model itself got less safe), save the adapter, evaluate.
+        Returns why the rounds stop here, or None to go on."""
+        from far.rollout.io import write_json_atomic
+
+        round_started, last = time.perf_counter(), kept[-1]
+        trained = self.train_round(t, rng, output)
+        if trained is None:
+            return f"no failures on dev in round {t}"
+        record, lesson = trained
+        record.check = self.check_metrics()
+        record.rolled_back = unsafe_rise(last.check, record.check, self.config.gate.safety_tolerance) or None
+        if record.rolled_back:
+            self.roll_back(t, record, last)
+        self.model.save(output / f"adapter_round{t}")  # the adapter kept after this round, and its rule
+        write_json_atomic(output / f"adapter_round{t}" / "caution.json", self.rule.to_json())
+        record.timed["check"] = time.perf_counter() - round_started - sum(record.timed.values())
+        after = self.evaluate()
+        record.holdout, record.argmax = after["overall"], self.argmax_figures(after)
+        record.timed["holdout"] = time.perf_counter() - round_started - sum(record.timed.values())
+        record.seconds = time.perf_counter() - round_started
+        log.save(record, after)
+        self.progress(f"  round {t}: {len(lesson.failures)} failures, {len(lesson.taught)} repairs kept, "
+                      f"distinct {lesson.distinct:.2f}; holdout {_line(after['overall'])} ({record.seconds:.0f}s)")
+        if record.rolled_back:  # the same dev slice would teach the same lesson again
+            return f"round {t} rolled back ({record.rolled_back})"
+        previous = kept[kept_round([k.check for k in kept], *harm)]
+        kept.append(Kept(t, record.check, self.model.snapshot(), self.rule, self.calibration_decisions))
+        if improved(previous.check, record.check, *harm, self.config.gate.min_improvement):
+            return None
+        gain = record.check[ROUND_SCORE] - previous.check[ROUND_SCORE]
+        return (f"round {t} was no progress over the best round before it on the check slice (train): "
+                f"{handled_harm(record.check, *harm)} harmful or injected requests handled against "
+                f"{handled_harm(previous.check, *harm)}, {ROUND_SCORE} {gain:+.3f} "
+                f"(min_improvement {self.config.gate.min_improvement})")
+
+    def roll_back(self, t: int, record: RoundRecord, last: Kept) -> None:
+        """The round made the model itself less safe: undo it, and say so."""
+        overall = self.evaluate()["overall"]  # what the gate kept from shipping (reported only)
+        record.discarded = {key: overall[key] for key in OWN}
+        self.model.restore(last.adapter)
+        self.rule, self.calibration_decisions = last.rule, last.calibration_decisions
+        record.check, record.caution, record.decision_head = last.check, last.rule.caution, bool(last.rule.head)
+        self.progress(f"  round {t}: rolled back ({record.rolled_back})")
+
+    def return_best(self, kept: list[Kept], harm: tuple[int, int]) -> int:
+        """The best kept round on the check slice, restored when a later round was worse; its number."""
+        best = kept[kept_round([k.check for k in kept], *harm)]
+        if best is not kept[-1]:
+            self.model.restore(best.adapter)
+            self.rule, self.calibration_decisions = best.rule, best.calibration_decisions
+        self.progress(f"  the model returned: round {best.round}'s" + (
+            f" (adapter_round{best.round}/)" if best.round else
+            " (the base model: no round beat it on the check slice)"))
+        return best.round
+
+
+class _RoundLog:
+    """Each finished round's record and figures, rewritten to Parquet as rounds finish."""
+
+    def __init__(self, output: Path) -> None:
+        self.output = output
+        self.records: list[tuple[RoundRecord, dict[str, Any]]] = []
+
+    def save(self, record: RoundRecord, figures: dict[str, Any]) -> None:
+        from far.rollout.io import write_rows_atomic
+
+        self.records.append((record, figures))
+        write_rows_atomic(self.output / "rounds.parquet", [r.row() for r, _ in self.records])
+        write_rows_atomic(self.output / "rounds_by_category.parquet", [
+            {"round": r.round, "category": category, **values}
+            for r, f in self.records for category, values in f["by_category"].items()])
 
 
 def _own(metrics: dict[str, float]) -> dict[str, float]:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from far.evolve.metrics import CHECKED
+from far.evolve.metrics import CHECKED, OWN_METRICS
 from far.evolve.select import RULES
 
-OWN = ("own_asr", "own_hcr", "own_tsr", "own_over_refusal")  # the model's own figures (also: a rolled-back
-# round's own holdout figures, before the rollback: ``discarded_*``; without the rule: ``argmax_*``)
+OWN = tuple(OWN_METRICS)  # the model's own figures (also: a rolled-back round's own holdout figures, before the
+# rollback: ``discarded_*``; without the rule: ``argmax_*``)
 STEPS = ("lesson", "sft", "pfpo", "calibrate", "check", "holdout")  # the timed steps of a round
 
 

@@ -21,10 +21,10 @@ from typing import Any
 from far.rollout.errors import FarEnvironmentError, FarInputError
 
 _EXPORTS = {
-    "run_evaluate": "far.search.jobs.pipeline", "run_search": "far.search.jobs.pipeline",
-    "run_calibrate": "far.search.jobs.pipeline",
-    "import_scenarios": "far.search.jobs.pipeline", "build_evaluator": "far.search.jobs.pipeline",
-    "EvaluateResult": "far.search.jobs.pipeline", "SearchResult": "far.search.jobs.pipeline",
+    "run_evaluate": "far.search.jobs.evaluate_job", "EvaluateResult": "far.search.jobs.evaluate_job",
+    "run_search": "far.search.jobs.search_job", "SearchResult": "far.search.jobs.search_job",
+    "run_calibrate": "far.search.jobs.calibrate_job", "import_scenarios": "far.search.jobs.import_job",
+    "build_evaluator": "far.search.jobs.assemble",
     "run_evolve": "far.evolve.loop", "run_service": "far.serve.service",
     "load_guard": "far.search.jobs.policy_file", "read_policy_file": "far.search.jobs.policy_file",
     "dry_run": "far.search.jobs.dry_run",

@@ -1,4 +1,4 @@
-"""``far``: the command line. Each command parses its arguments and calls one function of the pipeline (``far``'s
+"""``far``: the command line. Each command parses its arguments and calls one job (``far``'s
 exports); bad input prints one line naming file and field, and exits with status 2."""
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ def progress(message: str) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from far.search.jobs.pipeline import run_evaluate
+    from far.search.jobs.evaluate_job import run_evaluate
 
     print(run_evaluate(args.config, output=args.output, engine=args.engine, progress=progress).report)
     return 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from far.search.jobs.pipeline import run_search
+    from far.search.jobs.search_job import run_search
 
     print(run_search(args.config, output=args.output, resume=args.resume, address=args.address,
                      tune_progress=not args.quiet, progress=progress).report)
@@ -31,7 +31,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from far.search.jobs.pipeline import run_calibrate
+    from far.search.jobs.calibrate_job import run_calibrate
 
     _, table = run_calibrate(args.config, args.output, folds=args.folds, confidence=args.confidence,
                              progress=progress)
@@ -43,7 +43,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def cmd_import(args: argparse.Namespace) -> int:
     from collections import Counter
 
-    from far.search.jobs.pipeline import import_scenarios
+    from far.search.jobs.import_job import import_scenarios
 
     imported = import_scenarios(args.file, args.output, suite=args.suite, seed=args.seed,
                                 holdout_fraction=args.holdout_fraction, eval_only=args.eval_only, progress=progress)

@@ -60,7 +60,7 @@ class FitOn(BaseModel):
     {name: ...}}`` for one other suite. Each suite is given as at the config's top level (``name`` and the suite's
     options). ``own``: the evaluated suite's train split too. ``shipped``: the shipped broad suites
     (``SHIPPED_FIT_SUITES``) too; default: yes for the probe guards, no for other models. The suites weigh the
-    same (``far.search.evaluation.fitting.balanced``), and the evaluated suite's holdout is kept out of all of them by content."""
+    same (``search.evaluation.fitting``), and the evaluated suite's holdout is kept out of all of them by content."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     suite: dict[str, Any] | None = None

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from far.rollout.agent import DEFAULT_COSTS, Costs, replay_calls
 from far.rollout.calls import LiveCalls, ModelRecord, ModelSet, RecordedCalls
 from far.rollout.errors import FarInputError, from_validation_error
-from far.rollout.policy import Policy
+from far.rollout.policy import FallbackMode, Policy
 from far.rollout.provenance import argument_provenance
 from far.rollout.scenario import GroundTruth, ReadSource, Scenario, ToolAction, ToolFault
 from far.rollout.trajectory import Trajectory
@@ -129,8 +129,9 @@ class _Asking:
 
 def decision_of(trajectory: Trajectory) -> Decision:
     """A rollout's decision on its proposed call, read off its steps: the first step that refused it (a route
-    block, the cloud's veto), else whether the user was asked, else execute. Faults after the decision (an
-    outage, a tool error) do not change it."""
+    block, the cloud's veto, a fallback that stops when the cloud's review failed), else whether the user was
+    asked (by the confirmation rule, or by the fallback in place of the cloud), else execute. Faults after the
+    decision (a tool error) do not change it."""
     reviewed, asked, call, risk = False, None, None, None
     for step in trajectory.steps:
         decision = step.decision.split(":")[0]
@@ -144,6 +145,12 @@ def decision_of(trajectory: Trajectory) -> Decision:
                 return Decision(action="block", rule="cloud_review", reason=str(step.inputs.get("reason") or
                                                                                 "the cloud vetoed the call"),
                                 reviewed=True, risk=risk)
+        elif step.node == "fallback" and step.inputs.get("source") == "cloud":
+            if decision in (FallbackMode.SAFE_SHUTDOWN, FallbackMode.NONE):  # the call stays unreviewed and unrun
+                return Decision(action="block", rule="fallback_mode", reviewed=False, risk=risk,
+                                reason=f"fallback_mode {decision}: the cloud review failed and the call does not run")
+            if decision == FallbackMode.ASK_USER:
+                asked = "fallback_mode"
         elif step.node == "confirm":
             call = step.inputs.get("call")
             if decision in ("approved", "denied"):

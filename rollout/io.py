@@ -93,6 +93,16 @@ def write_parquet_atomic(path: str | Path, table: Any) -> Path:
     return write_atomic(path, lambda tmp: pq.write_table(table, tmp))
 
 
+def write_rows_atomic(path: str | Path, rows: list[dict[str, Any]], empty_column: str | None = None) -> Path:
+    """Rows (dicts) as a Parquet table; with no rows, a table with one string column ``empty_column`` (so
+    readers that select it find it) or with no column."""
+    import pyarrow as pa
+
+    if rows or empty_column is None:
+        return write_parquet_atomic(path, pa.Table.from_pylist(rows))
+    return write_parquet_atomic(path, pa.table({empty_column: pa.array([], pa.string())}))
+
+
 def load_mapping(path: str | Path) -> dict[str, Any]:
     """Load a YAML or JSON file whose top level is a mapping; errors name the file."""
     path = Path(path)

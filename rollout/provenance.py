@@ -221,7 +221,7 @@ def read_sources(scenario: Scenario) -> tuple[ReadSource, ...]:
 # Identifiers a free-text value may carry inside it (a link in a message body, an address or an account number
 # in a subject): each is judged as a value of its own, since a composed text can smuggle one from read content.
 _EMBEDDED = re.compile(
-    r"(?:https?://)?(?:www\.)?[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|ch|de|uk|fr|info|biz)(?:/[\w./?=&%-]*)?"
+    r"(?:https?://)?(?:www\.)?[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|io|ch|de|uk|fr|info|biz)(?![\w-])(?:/[\w./?=&%-]*)?"
     r"|[\w.+-]+@[\w-]+(?:\.[\w-]+)+"
     r"|\b[A-Z]{2}\d{2}[A-Z0-9]{10,30}\b")
 

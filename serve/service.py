@@ -15,25 +15,20 @@ def run_service(config_file: str | Path, *, host: str | None = None, port: int |
     """``far serve``: the verifier ensemble and policy scoring over REST on Ray Serve (a local Ray, or the
     cluster at ``address`` or ``$RAY_ADDRESS``), until Ctrl-C; with ``once``, start, announce and return (the
     app keeps running on the cluster)."""
-    from far.serve.schemas import MAKE_TOKEN, MIN_TOKEN_LENGTH, load_serve_config
+    from far.serve.auth import take_token
+    from far.serve.decide import check_policy_file
+    from far.serve.policy_scoring import check_suites
+    from far.serve.schemas import load_serve_config
 
     config = load_serve_config(config_file).with_absolute_paths()
     if host:
         config = config.model_copy(update={"host": host})
     if port:
         config = config.model_copy(update={"port": port})
-    # the token leaves the environment before Ray starts: Ray's processes inherit it otherwise; only its
-    # SHA-256 reaches the replicas
-    token = os.environ.pop(config.auth.token_env, None) or None
-    if config.token_required() and not token:
-        raise FarInputError(f"binding {config.host} (not loopback) needs a bearer token: set "
-                            f"${config.auth.token_env} ({MAKE_TOKEN})", file=config_file, field="auth.token_env")
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        raise FarInputError(f"the token in ${config.auth.token_env} has {len(token)} characters; use at least "
-                            f"{MIN_TOKEN_LENGTH} ({MAKE_TOKEN})", file=config_file, field="auth.token_env")
-    from far.serve.app import check_suites
-
-    check_suites(config, Path(config_file).resolve().parent, config_file)
+    token = take_token(config, config_file)  # before Ray starts: its processes would inherit the token
+    base_dir = Path(config_file).resolve().parent
+    check_suites(config, base_dir, config_file)
+    check_policy_file(config, base_dir, config_file)
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address is None:  # a local Ray starts now, so nothing of ours holds the port yet
         check_port_free(config.host, config.port, config_file)
@@ -51,8 +46,7 @@ def run_service(config_file: str | Path, *, host: str | None = None, port: int |
     serve.start(http_options={"host": config.host, "port": config.port})
 
     try:  # Ctrl-C at any point from here, starting up included, stops the app cleanly
-        serve.run(build_app(config, token if config.token_required() else None,
-                            Path(config_file).resolve().parent), name="far", route_prefix="/")
+        serve.run(build_app(config, token, base_dir), name="far", route_prefix="/")
         auth = "bearer token required" if config.token_required() else "no token (loopback)"
         print(f"FAR serve: http://{config.host}:{config.port}/v1 ({auth}); OpenAPI at /docs; verifiers: "
               f"{', '.join(config.verifier.members)} ({config.verifier.aggregation}). Ctrl-C stops.", flush=True)

@@ -124,63 +124,96 @@ def _is_header(data: Any) -> bool:
     return isinstance(data, dict) and set(data) == {"eval_only"}
 
 
+_SKIP = object()  # a line that holds no scenario (blank, or its error recorded)
+
+
 def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0, holdout_fraction: float = 0.3,
                  eval_only: bool = False, registry: Any = None,
                  progress: Callable[[str], None] | None = None) -> ImportResult:
     """Read a JSONL file of scenarios; evaluation-only ones (by flag, header, line, or known content) are
     recorded in ``registry`` (default: ``far.rollout.eval_only.EvalOnlyRegistry()``)."""
-    from far.rollout.eval_only import EvalOnlyRegistry, content_hash
+    from far.rollout.eval_only import EvalOnlyRegistry
 
     path = Path(path)
     if not path.is_file():
         raise FarInputError("file not found", file=path)
-    suite = suite or path.stem
-    registry = registry or EvalOnlyRegistry()
-    result = ImportResult()
-    seen: set[str] = set()
+    result, seen = ImportResult(), set()
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             if progress is not None and number % 10_000 == 0:
                 progress(f"  {path.name}: {number} lines read, {len(result.scenarios)} scenarios")
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a byte-order mark on line 1 is fine
-            except UnicodeDecodeError as error:
-                result.errors.append(f"{where}: not UTF-8 (byte {error.start + 1} of the line)")
-                continue
-            if not line.strip():
-                continue
-            try:
-                data: Any = json.loads(line)
-            except json.JSONDecodeError as error:
-                result.errors.append(f"{where}: invalid JSON ({error.msg})")
-                continue
+            data = _read_line(raw, number, f"{path}:{number}", result.errors)
             if _is_header(data):  # wherever it stands: this guard fails closed
-                if not isinstance(data["eval_only"], bool):
-                    raise FarInputError(f"the header's eval_only must be true or false, not {data['eval_only']!r}",
-                                        file=path, row=number, field="eval_only")
-                eval_only = eval_only or data["eval_only"]
-                continue
-            try:
-                rows = [ImportRow.model_validate(r) for r in trace_rows(data)] if isinstance(data, dict) and \
-                    "messages" in data else [ImportRow.model_validate(data)]
-            except ValidationError as error:
-                result.errors.append(f"{where}: {from_validation_error(error).describe()}")
-                continue
-            except FarInputError as error:  # a malformed trace
-                result.errors.append(f"{where}: {error.describe()}")
-                continue
-            for call, row in enumerate(rows):
-                if "messages" in data:  # a trace's calls stay together: one split, one group
-                    row = row.model_copy(update={"group": row.group or f"{path.stem}-{number}"})
-                scenario_id = row.id or (f"{path.stem}-{number}" if len(rows) == 1 and "messages" not in data
-                                         else f"{path.stem}-{number}#{call}")
-                if scenario_id in seen:
-                    result.errors.append(f"{where}: field 'id': duplicate scenario id {scenario_id!r}")
-                    continue
-                seen.add(scenario_id)
-                result.scenarios.append(to_scenario(row, scenario_id, suite, seed, holdout_fraction, eval_only))
-    if eval_only:  # a header anywhere (or the flag) marks every line, those read before it too
+                eval_only = eval_only or _header_flag(data, path, number)
+            elif data is not _SKIP:
+                rows = _rows_of(data, f"{path}:{number}", result.errors)
+                for scenario_id, row in _identified(rows, data, path, number, seen, result.errors):
+                    result.scenarios.append(to_scenario(row, scenario_id, suite or path.stem, seed, holdout_fraction,
+                                                        eval_only))
+    _mark_eval_only(result, registry or EvalOnlyRegistry(), eval_only, path)
+    return result
+
+
+def _read_line(raw: bytes, number: int, where: str, errors: list[str]) -> Any:
+    """The line's JSON value, or ``_SKIP`` (blank, or not UTF-8 or not JSON: the error appended)."""
+    try:
+        line = raw.decode("utf-8-sig" if number == 1 else "utf-8")  # a byte-order mark on line 1 is fine
+    except UnicodeDecodeError as error:
+        errors.append(f"{where}: not UTF-8 (byte {error.start + 1} of the line)")
+        return _SKIP
+    if not line.strip():
+        return _SKIP
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as error:
+        errors.append(f"{where}: invalid JSON ({error.msg})")
+        return _SKIP
+
+
+def _header_flag(data: dict[str, Any], path: Path, number: int) -> bool:
+    if not isinstance(data["eval_only"], bool):
+        raise FarInputError(f"the header's eval_only must be true or false, not {data['eval_only']!r}",
+                            file=path, row=number, field="eval_only")
+    return data["eval_only"]
+
+
+def _rows_of(data: Any, where: str, errors: list[str]) -> list[ImportRow]:
+    """A scenario line's row, or a trace's rows (one per proposed call); none when malformed (error appended)."""
+    try:
+        if isinstance(data, dict) and "messages" in data:
+            return [ImportRow.model_validate(r) for r in trace_rows(data)]
+        return [ImportRow.model_validate(data)]
+    except ValidationError as error:
+        errors.append(f"{where}: {from_validation_error(error).describe()}")
+    except FarInputError as error:  # a malformed trace
+        errors.append(f"{where}: {error.describe()}")
+    return []
+
+
+def _identified(rows: list[ImportRow], data: Any, path: Path, number: int, seen: set[str],
+                errors: list[str]) -> list[tuple[str, ImportRow]]:
+    """Each row with its scenario id (given, or file stem and line); a duplicate id is an error, not a row."""
+    trace = isinstance(data, dict) and "messages" in data
+    found = []
+    for call, row in enumerate(rows):
+        if trace:  # a trace's calls stay together: one split, one group
+            row = row.model_copy(update={"group": row.group or f"{path.stem}-{number}"})
+        scenario_id = row.id or (f"{path.stem}-{number}" if len(rows) == 1 and not trace
+                                 else f"{path.stem}-{number}#{call}")
+        if scenario_id in seen:
+            errors.append(f"{path}:{number}: field 'id': duplicate scenario id {scenario_id!r}")
+            continue
+        seen.add(scenario_id)
+        found.append((scenario_id, row))
+    return found
+
+
+def _mark_eval_only(result: ImportResult, registry: Any, eval_only: bool, path: Path) -> None:
+    """A header anywhere (or the flag) marks every line, those read before it too; so does content the registry
+    knows as evaluation-only. Every evaluation-only scenario is then recorded in the registry."""
+    from far.rollout.eval_only import content_hash
+
+    if eval_only:
         result.scenarios = [s.model_copy(update={"eval_only": True}) for s in result.scenarios]
     known = registry.known([content_hash(s) for s in result.scenarios])
     for index, scenario in enumerate(result.scenarios):
@@ -188,7 +221,6 @@ def import_jsonl(path: str | Path, suite: str | None = None, seed: int = 0, hold
             result.scenarios[index] = scenario.model_copy(update={"eval_only": True})
             result.known_eval_only += 1
     registry.add([s for s in result.scenarios if s.eval_only], source=str(path.resolve()))
-    return result
 
 
 class ParquetSuiteConfig(BaseModel):

@@ -30,11 +30,31 @@ def gen(text, seed=0, temperature=0.0, schema=None):
 
 def test_key_covers_model_prompt_params_seed_and_schema():
     base = call_key("m@1", "generate", gen("hi"))
-    assert base == call_key("m@1", "generate", gen("hi"))
     assert len({base, call_key("m@2", "generate", gen("hi")), call_key("m@1", "generate", gen("ho")),
                 call_key("m@1", "generate", gen("hi", seed=1)), call_key("m@1", "generate", gen("hi", temperature=0.5)),
                 call_key("m@1", "generate", gen("hi", schema={"type": "object"})),
                 call_key("m@1", "score", ScoreRequest(messages=messages("sys", "hi"), candidates=("Yes",)))}) == 7
+
+
+def test_the_key_is_the_same_in_another_process():
+    """The cache file outlives the process that wrote it: a key must not depend on anything a new process draws
+    anew (``hash``'s salt, the order of a set, an object's id), nor on the order a dict was written in."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    schema = {"type": "object", "properties": {"verdict": {"enum": ["execute", "veto"]}, "reason": {}}}
+    code = ("from far.models.cache import call_key; from far.models.lm import GenerateRequest, SamplingParams, "
+            "messages; import json, sys; schema = json.loads(sys.argv[1]); "
+            "print(call_key('m@1', 'generate', GenerateRequest(messages=messages('sys', 'hi'), "
+            "params=SamplingParams(seed=3, temperature=0.5), json_schema=schema)))")
+    elsewhere = subprocess.run([sys.executable, "-c", code, json.dumps(schema)], capture_output=True, text=True,
+                               env={**os.environ, "PYTHONHASHSEED": "12345"}, timeout=120)
+    assert elsewhere.returncode == 0, elsewhere.stderr[-2000:]
+    reordered = {"properties": {"reason": {}, "verdict": {"enum": ["execute", "veto"]}}, "type": "object"}
+    assert elsewhere.stdout.strip() == call_key("m@1", "generate", gen("hi", seed=3, temperature=0.5,
+                                                                        schema=reordered))
 
 
 def test_second_pass_makes_no_calls_and_returns_the_same(tmp_path):

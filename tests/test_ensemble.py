@@ -65,6 +65,83 @@ def test_majority_tie_fails_and_weights_behave():
         agg.weighted([1.0], [1.0, 2.0])
 
 
+SCORE = st.none() | st.floats(0.0, 1.0)
+# zero or a normal number: Σ w·s underflows for a subnormal weight (weighted([0.5], [5e-324]) is 0.0, not 0.5)
+WEIGHT = st.just(0.0) | st.floats(1e-6, 10.0)
+
+
+@st.composite
+def columns(draw, min_size=1):
+    """Members' scores for one dimension (None: abstains) and their weights."""
+    scores = draw(st.lists(SCORE, min_size=min_size, max_size=6))
+    return scores, draw(st.lists(WEIGHT, min_size=len(scores), max_size=len(scores)))
+
+
+def close(a, b):
+    return a is None and b is None or a is not None and b is not None and a == pytest.approx(b, abs=1e-12)
+
+
+@given(columns(), st.randoms(use_true_random=False))
+def test_no_rule_depends_on_the_members_order(column, rng):
+    scores, weights = column
+    order = list(range(len(scores)))
+    rng.shuffle(order)
+    shuffled, moved = [scores[i] for i in order], [weights[i] for i in order]
+    for name, rule in agg.AGGREGATIONS.items():
+        assert close(rule(shuffled, moved), rule(scores, weights)), name
+    assert agg.disagreement(shuffled) == agg.disagreement(scores)
+
+
+@given(columns(), st.data())
+def test_a_higher_score_from_one_member_never_lowers_any_rule(column, data):
+    scores, weights = column
+    present = [i for i, s in enumerate(scores) if s is not None]
+    if not present:
+        return
+    i = data.draw(st.sampled_from(present))
+    raised = list(scores)
+    raised[i] = data.draw(st.floats(scores[i], 1.0))
+    for name, rule in agg.AGGREGATIONS.items():
+        assert rule(raised, weights) >= rule(scores, weights) - 1e-12, name
+
+
+@given(columns(), st.integers(0, 6), WEIGHT)
+def test_an_abstaining_member_changes_nothing_whatever_its_weight(column, at, weight):
+    scores, weights = column
+    at = min(at, len(scores))
+    with_abstention = [*scores[:at], None, *scores[at:]]
+    heavier = [*weights[:at], weight, *weights[at:]]
+    for name, rule in agg.AGGREGATIONS.items():
+        assert close(rule(with_abstention, heavier), rule(scores, weights)), name
+
+
+@given(columns())
+def test_the_rules_order_as_min_then_mean_and_stay_within_the_scores(column):
+    """min <= mean <= max of the scores present, and the weighted mean too; equal weights are the plain mean;
+    when every member agrees, every rule returns that score (majority: its pass or fail)."""
+    scores, weights = column
+    present = [s for s in scores if s is not None]
+    if not present:
+        assert all(rule(scores, weights) is None for rule in agg.AGGREGATIONS.values())
+        return
+    low, high = min(present), max(present)
+    assert agg.minimum(scores) == low <= agg.mean(scores) + 1e-12 and agg.mean(scores) <= high + 1e-12
+    assert low - 1e-12 <= agg.weighted(scores, weights) <= high + 1e-12
+    assert close(agg.weighted(scores, [2.5] * len(scores)), agg.mean(scores))
+    if low == high:
+        assert close(agg.mean(scores), low) and close(agg.weighted(scores, weights), low)
+        assert agg.majority(scores) == (1.0 if low >= 0.5 else 0.0) and agg.disagreement(scores) == 0.0
+
+
+def test_an_infinite_weight_is_refused_like_a_negative_one():
+    """An infinite weight would make Σ w·s / Σ w NaN (inf · 0): refused by the rule and by the config."""
+    for bad in (float("inf"), -1.0, float("nan")):
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            agg.weighted([0.0, 1.0], [bad, 1.0])
+    with pytest.raises(ValidationError, match="weights"):
+        EnsembleConfig.model_validate({"weights": {"rules": float("inf")}})
+
+
 @pytest.mark.parametrize("text, expected", [
     ('{"answer": "yes"}', 1.0), ('{"answer":"no"}', 0.0), (' {"answer": "no"} ', 0.0),
     ('{"answer": "Yes"}', None), ('yes', None), ('{"answer": "yes", "why": "x"}', None), ('', None),

@@ -36,7 +36,7 @@ def objective(config):
 
 
 @given(seed=st.integers(0, 10_000), on_grid=st.booleans(), rate=st.floats(0.0, 1.0))
-def test_mutation_stays_in_the_space_and_changes_something(seed, on_grid, rate):
+def test_mutation_stays_in_the_space(seed, on_grid, rate):
     rng = random.Random(seed)
     parent = rng.choice(GRID)
     child = mutate(SPACE, parent, rng, rate, on_grid)
@@ -44,6 +44,16 @@ def test_mutation_stays_in_the_space_and_changes_something(seed, on_grid, rate):
     assert isinstance(child["max_retries"], int) and isinstance(child["require_confirmation"], bool)
     if on_grid:
         assert child["cloud_threshold"] in SPACE.parameters["cloud_threshold"].grid_values()
+
+
+@pytest.mark.parametrize("on_grid", [True, False])
+def test_mutation_mostly_changes_the_parent(on_grid):
+    """A step clamped at a grid's end can leave a parameter where it was, so a child may equal its parent, but
+    rarely: most mutations move."""
+    rng = random.Random(0)
+    parents = [rng.choice(GRID) for _ in range(400)]
+    changed = sum(mutate(SPACE, parent, rng, 0.2, on_grid) != parent for parent in parents)
+    assert changed >= 0.8 * len(parents)
 
 
 def test_crossover_takes_each_parameter_from_a_parent():

@@ -140,3 +140,94 @@ def test_two_sided_interval_brackets_the_rate_and_matches_beta_quantiles(n, data
         tail = (1 - confidence) / 2
         assert low == pytest.approx(0.0 if k == 0 else beta.ppf(tail, k, n - k + 1), abs=1e-9)
         assert high == pytest.approx(1.0 if k == n else beta.ppf(1 - tail, k + 1, n - k), abs=1e-9)
+
+
+# --- the gate's invariants on any holdout figures ---------------------------------------------------------------
+
+@st.composite
+def holdouts(draw) -> Counts:
+    """Holdout figures that can happen: critical rollouts among the scenarios (several failures in one), the
+    benign ones among them, refused or done but not both."""
+    n = draw(st.integers(0, 300))
+    with_critical = draw(st.integers(0, n))
+    critical = draw(st.integers(with_critical, 3 * with_critical))
+    benign = draw(st.integers(0, n))
+    refused = draw(st.integers(0, benign))
+    completed = draw(st.integers(0, benign - refused))
+    cost = draw(st.floats(0.0, 2.0)) if n else math.nan
+    return Counts(critical, with_critical, n, cost, benign, refused, completed)
+
+
+GATES = st.builds(GateConfig, max_critical_failures=st.integers(0, 3), max_mean_cost=st.none() | st.floats(0.0, 2.0),
+                  max_critical_rate_upper=st.none() | st.floats(0.001, 1.0),
+                  max_over_refusal_rate=st.none() | st.floats(0.0, 1.0),
+                  min_benign_success_rate=st.none() | st.floats(0.0, 1.0),
+                  confidence=st.sampled_from([0.9, 0.95, 0.99]))
+
+
+@given(holdouts(), GATES, st.booleans())
+def test_one_more_critical_failure_never_turns_a_no_deploy_into_a_deploy(before, config, new_rollout):
+    """In a rollout that had one already, or in one that had none: the count and the rate's bound only rise."""
+    from dataclasses import replace
+
+    if new_rollout and before.rollouts_with_critical < before.scenarios:
+        after = replace(before, critical_failures=before.critical_failures + 1,
+                        rollouts_with_critical=before.rollouts_with_critical + 1)
+    elif before.rollouts_with_critical:
+        after = replace(before, critical_failures=before.critical_failures + 1)
+    else:
+        return
+    assert not gate(after, config).deploy or gate(before, config).deploy
+    assert gate(after, config).critical_rate_upper >= gate(before, config).critical_rate_upper
+
+
+@given(holdouts(), GATES, st.floats(0.0, 1.0))
+def test_a_less_useful_or_costlier_agent_never_deploys_where_the_other_did_not(before, config, extra_cost):
+    """One more benign request refused (instead of done, or of left undone), one fewer done, a higher cost per
+    scenario: each turns DEPLOY into NO-DEPLOY or changes nothing, never the reverse."""
+    from dataclasses import replace
+
+    worse = [replace(before, mean_cost=before.mean_cost + extra_cost)]
+    if before.benign_completed:
+        worse.append(replace(before, benign_completed=before.benign_completed - 1))
+        worse.append(replace(before, benign_completed=before.benign_completed - 1,
+                             benign_refused=before.benign_refused + 1))
+    if before.benign_refused + before.benign_completed < before.benign_scenarios:
+        worse.append(replace(before, benign_refused=before.benign_refused + 1))
+    deployed = gate(before, config).deploy
+    for after in worse:
+        assert not gate(after, config).deploy or deployed, after
+
+
+@given(holdouts(), GATES, st.data())
+def test_a_stricter_gate_never_deploys_what_a_looser_one_refuses(holdout, loose, data):
+    """Every limit as tight or tighter (a limit set where the looser gate had none, a floor raised), the same
+    confidence: whatever passes the stricter gate passes the looser."""
+    def tighter(limit, upper=True):
+        if limit is None:
+            return data.draw(st.none() | st.floats(0.0, 1.0))
+        return data.draw(st.floats(0.0, limit) if upper else st.floats(limit, 1.0))
+
+    strict = GateConfig(
+        max_critical_failures=data.draw(st.integers(0, loose.max_critical_failures)),
+        max_mean_cost=tighter(loose.max_mean_cost),
+        max_critical_rate_upper=None if loose.max_critical_rate_upper is None and data.draw(st.booleans())
+        else data.draw(st.floats(0.001, loose.max_critical_rate_upper or 1.0)),
+        max_over_refusal_rate=tighter(loose.max_over_refusal_rate),
+        min_benign_success_rate=tighter(loose.min_benign_success_rate, upper=False),
+        confidence=loose.confidence)
+    assert not gate(holdout, strict).deploy or gate(holdout, loose).deploy
+
+
+@given(holdouts(), GATES)
+def test_the_verdict_is_its_checks(holdout, config):
+    """DEPLOY iff every check passed; a NO-DEPLOY's reason states each failed check, and only those."""
+    verdict = gate(holdout, config)
+    assert verdict.deploy == all(check.passed for check in verdict.checks)
+    assert verdict.critical_rate_upper == clopper_pearson_upper(holdout.rollouts_with_critical, holdout.scenarios,
+                                                                config.confidence)
+    if not verdict.deploy:
+        failed = [c for c in verdict.checks if not c.passed]
+        stated = verdict.reason.split("; ")
+        assert len(stated) == len(failed)
+        assert all(c.failure() == line or c.name == "holdout_scenarios" for c, line in zip(failed, stated))

@@ -3,7 +3,7 @@ field before any model loads; the audit log and shadow mode."""
 import json
 
 import pytest
-from conftest import oracle_models
+from conftest import PAY, make_record, make_scenario, oracle_models
 from far.models.backends import ModelsConfig, build_models
 from far.rollout.agent import build_graph, replay, run_graph
 from far.rollout.calls import GroundTruthEnvironment, RecordedCalls
@@ -29,11 +29,6 @@ policies = st.builds(
     **{name: ACTIONS for name, _ in RULES})
 
 
-def reached_a_decision(trajectory) -> bool:
-    """The engine's rollout decided the proposed call before any fault (an outage can end it undecided)."""
-    return not any(step.node == "fallback" and step.inputs.get("source") == "cloud" for step in trajectory.steps)
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=policies)
 def test_the_guard_decides_every_recorded_holdout_call_as_the_engines_did(policy):
@@ -45,14 +40,28 @@ def test_the_guard_decides_every_recorded_holdout_call_as_the_engines_did(policy
     for scenario, record in zip(HOLDOUT, RECORDS):
         engine = replay(scenario, policy, record, ENVIRONMENT)
         assert run_graph(graph, scenario, RecordedCalls(scenario, record, ENVIRONMENT)).steps == engine.steps
-        if not reached_a_decision(engine):
+        if scenario.ground_truth.cloud_faults:  # the world's outages: a runtime decision assumes the cloud answers
             continue
+        compared += 1
         expected = decision_of(engine)
         got = guard.decide_recorded(scenario, record)
         assert (got.action, got.rule, got.call, got.reviewed) == (expected.action, expected.rule, expected.call,
                                                                   expected.reviewed), scenario.id
-        compared += 1
-    assert compared >= 0.9 * len(HOLDOUT)
+    assert compared >= 0.8 * len(HOLDOUT)
+
+
+@pytest.mark.parametrize(("fallback", "action", "rule"), [
+    ("safe_shutdown", "block", "fallback_mode"), ("none", "block", "fallback_mode"),
+    ("ask_user", "confirm", "fallback_mode"), ("edge_only", "execute", None)])
+def test_a_failed_cloud_review_decides_as_the_fallback_does(fallback, action, rule):
+    """A call sent for review whose every cloud attempt failed: the fallback decides. Only ``edge_only`` runs it
+    unreviewed; ``safe_shutdown`` and ``none`` leave it unrun (block), ``ask_user`` asks in the cloud's place."""
+    scenario = make_scenario(PAY, sid="outage")
+    record = make_record(scenario, risk=0.9, verdict="veto", cloud_faults=("malformed", "malformed"))
+    policy = Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=False, fallback_mode=fallback)
+    decision = Guard(policy).decide_recorded(scenario, record)
+    assert (decision.action, decision.rule, decision.reviewed) == (action, rule, False)
+    assert decision.action == decision_of(replay(scenario, policy, record, ENVIRONMENT)).action
 
 
 def test_a_live_call_is_blocked_by_the_per_argument_rule_and_logged(tmp_path):

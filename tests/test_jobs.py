@@ -8,7 +8,8 @@ import time
 import pytest
 from conftest import oracle_models
 from far.models.backends import ModelsConfig
-from far.serve.app import LocalBackend, create_api
+from far.serve.app import create_api
+from far.serve.backends import LocalBackend
 from far.serve.jobs import JobStore, JobWorker
 from far.serve.schemas import JobsConfig, ServeConfig
 from fastapi.testclient import TestClient

@@ -48,7 +48,7 @@ def test_the_docs_example_runs_and_says_what_the_files_say(tmp_path):
 def test_far_exports_the_pipeline_and_loads_lightly():
     """``import far`` pulls in neither Ray nor torch; the names resolve on first use."""
     code = ("import sys, far; light = not {'ray', 'torch'} & set(sys.modules); "
-            "from far.search.jobs.pipeline import run_search; print(light, far.run_search is run_search, "
+            "from far.search.jobs.search_job import run_search; print(light, far.run_search is run_search, "
             "sorted(far.__all__) == sorted(set(far.__all__)))")
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.stdout.split() == ["True", "True", "True"], run.stderr[-2000:]

@@ -249,3 +249,65 @@ def test_usefulness_constraints_order_as_debs_rules_on_a_grid():
         else:
             expected = reference(a, b)
         assert compare(a, b, USEFUL) == expected
+
+
+# --- the rule's invariants on any figures (the grids above are exhaustive on few values; these draw any) ---------
+
+FIGURES = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 5))
+RATE_OR_NAN = st.one_of(st.floats(0.0, 1.0), st.just(NAN))
+ANY_RESULT = st.builds(U, critical_failures=st.one_of(st.integers(0, 6), st.just(NAN), st.just(INF)), reward=FIGURES,
+                       over_refusal_rate=RATE_OR_NAN, benign_success_rate=RATE_OR_NAN, cost=FIGURES,
+                       mean_cost=st.one_of(st.floats(0.0, 3.0), st.just(NAN), st.just(INF)))
+ANY_LIMITS = st.builds(Constraints, max_mean_cost=st.none() | st.floats(0.0, 2.0),
+                       max_over_refusal_rate=st.none() | st.floats(0.0, 1.0),
+                       min_benign_success_rate=st.none() | st.floats(0.0, 1.0))
+
+
+@given(ANY_RESULT, ANY_RESULT, ANY_RESULT, ANY_LIMITS)
+def test_the_constrained_order_is_a_total_preorder_on_any_figures(a, b, c, limits):
+    assert compare(a, b, limits) == -compare(b, a, limits) and compare(a, a, limits) == 0
+    if compare(a, b, limits) <= 0 and compare(b, c, limits) <= 0:
+        assert compare(a, c, limits) <= 0
+        if compare(a, b, limits) < 0 or compare(b, c, limits) < 0:
+            assert compare(a, c, limits) < 0
+
+
+@given(ANY_RESULT, ANY_RESULT, ANY_LIMITS)
+def test_within_the_limits_beats_outside_and_then_fewer_critical_failures_win_whatever_else(a, b, limits):
+    """Feasibility first, whatever the critical count, reward or cost; between two equally placed (both within,
+    or equally far outside), fewer critical failures win whatever the reward and cost (NaN: worst)."""
+    if is_feasible(a, limits) and not is_feasible(b, limits):
+        assert compare(a, b, limits) == -1
+    if constraint_violation(a, limits) == constraint_violation(b, limits):
+        fewer = not math.isnan(a.critical_failures) and (math.isnan(b.critical_failures)
+                                                          or a.critical_failures < b.critical_failures)
+        if fewer:
+            assert compare(a, b, limits) == -1
+
+
+@given(ANY_RESULT, ANY_LIMITS, st.floats(0.0, 1e6), st.floats(0.0, 1.0))
+def test_being_worse_on_one_figure_never_ranks_better(a, limits, more, share):
+    """One more critical failure, less reward, more cost per scenario, more benign requests refused or fewer
+    done: never ahead of the figures it worsened (ties allowed)."""
+    from dataclasses import replace
+
+    worse = [replace(a, critical_failures=a.critical_failures + 1), replace(a, mean_cost=a.mean_cost + more)]
+    if not math.isnan(a.reward):  # (NaN is already the worst, and a known figure is better than NaN)
+        worse.append(replace(a, reward=a.reward - more))
+    if not math.isnan(a.over_refusal_rate):
+        worse.append(replace(a, over_refusal_rate=min(1.0, a.over_refusal_rate + share)))
+    if not math.isnan(a.benign_success_rate):
+        worse.append(replace(a, benign_success_rate=max(0.0, a.benign_success_rate - share)))
+    for other in worse:
+        assert compare(other, a, limits) >= 0, other
+
+
+@given(st.lists(ANY_RESULT, min_size=1, max_size=10), ANY_LIMITS, st.randoms(use_true_random=False))
+def test_rank_orders_any_input_order_alike_and_best_is_never_beaten(results, limits, rng):
+    ordered = rank(results, limits)
+    assert sorted(map(id, ordered)) == sorted(map(id, results))  # a permutation: nothing lost or repeated
+    shuffled = list(results)
+    rng.shuffle(shuffled)
+    assert [rank_key(r, limits) for r in rank(shuffled, limits)] == [rank_key(r, limits) for r in ordered]
+    top = best(results, limits)
+    assert top is ordered[0] and all(compare(top, r, limits) <= 0 for r in results)

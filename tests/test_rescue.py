@@ -8,7 +8,7 @@ from conftest import ORACLE_MODELS
 from far.cluster.rollout_pool import RolloutPool
 from far.rollout.scenario import SPLITS
 from far.search.jobs.config import load_search_config
-from far.search.jobs.pipeline import build_evaluator
+from far.search.jobs.assemble import build_evaluator
 from far.search.searchers.tune import rescued_metrics, run_tune
 from ray import cloudpickle
 from test_search import SPACE

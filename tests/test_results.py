@@ -61,3 +61,68 @@ def test_stopped_by_names_what_stopped_each_attack_the_undefended_policy_let_thr
     assert table.get("provenance_rule blocked", 0) > 0
     by_kind = stopped_by(scenarios, open_verdicts, trajectories, verdicts, key=lambda s: s.category)
     assert sum(n for counts in by_kind.values() for n in counts.values()) == let_through
+
+
+# --- aggregate's invariants on any verdicts -----------------------------------------------------------------------
+
+# integral penalties, rewards, costs and z in halves: every sum is exact, whatever order it is taken in
+ANY_FAILURE = st.builds(Failure, kind=st.sampled_from(list(FailureKind)), critical=st.booleans(),
+                        penalty=st.integers(-100, 0).map(float), step=st.just(1), node=st.just("route"),
+                        cause_step=st.just(1), cause_node=st.just("route"), decision=st.just("block"),
+                        parameter=st.sampled_from([None, "cloud_threshold", "max_retries"]))
+ANY_VERDICT = st.builds(
+    Verdict, failures=st.lists(ANY_FAILURE, max_size=3).map(tuple),
+    successes=st.lists(st.sampled_from(list(SuccessKind)), max_size=2, unique=True).map(tuple),
+    reward=st.integers(-300, 30).map(float), z=st.builds(ZVector, *[st.sampled_from([0.0, 0.5, 1.0])] * 4),
+    benign=st.booleans())
+ROLLOUTS = st.lists(st.tuples(ANY_VERDICT, st.integers(0, 5).map(float)), max_size=25)
+
+
+def aggregated(rollouts):
+    return aggregate("p", Policy(), "holdout", [v for v, _ in rollouts], [c for _, c in rollouts], simulated=False)
+
+
+def comparable(value):
+    """A result's fields with NaN (a figure over no rollouts) made equal to itself."""
+    if isinstance(value, dict):
+        return {k: comparable(v) for k, v in value.items()}
+    return "nan" if isinstance(value, float) and math.isnan(value) else value
+
+
+@given(ROLLOUTS, st.randoms(use_true_random=False))
+def test_aggregate_does_not_depend_on_the_rollouts_order(rollouts, rng):
+    shuffled = list(rollouts)
+    rng.shuffle(shuffled)
+    assert comparable(aggregated(shuffled).model_dump()) == comparable(aggregated(rollouts).model_dump())
+
+
+@given(ROLLOUTS, ROLLOUTS)
+def test_the_counts_of_two_parts_add_up_to_the_whole(first, second):
+    whole, a, b = aggregated(first + second), aggregated(first), aggregated(second)
+    for name in ("scenarios", "critical_failures", "rollouts_with_critical", "benign_scenarios", "benign_refused",
+                 "benign_completed", "reward", "cost"):
+        assert getattr(whole, name) == getattr(a, name) + getattr(b, name), name
+    for name in ("failure_counts", "success_counts"):
+        assert getattr(whole, name) == {k: getattr(a, name)[k] + getattr(b, name)[k] for k in getattr(whole, name)}
+    for kind, by_parameter in whole.reward_lost.items():
+        for parameter, lost in by_parameter.items():
+            assert lost == a.reward_lost.get(kind, {}).get(parameter, 0.0) + \
+                b.reward_lost.get(kind, {}).get(parameter, 0.0)
+
+
+@given(ROLLOUTS)
+def test_the_totals_agree_with_each_other_and_with_the_verdicts(rollouts):
+    from far.search.ranking.gate import clopper_pearson_upper
+
+    result, verdicts = aggregated(rollouts), [v for v, _ in rollouts]
+    n = len(verdicts)
+    assert result.critical_failures == sum(v.critical_failures for v in verdicts)
+    assert result.rollouts_with_critical <= min(n, result.critical_failures)
+    assert result.critical_rate_upper == (clopper_pearson_upper(result.rollouts_with_critical, n) if n else 1.0)
+    assert sum(result.failure_counts.values()) == sum(len(v.failures) for v in verdicts)
+    lost = sum(x for by_parameter in result.reward_lost.values() for x in by_parameter.values())
+    assert lost == -sum(f.penalty for v in verdicts for f in v.failures)  # every penalty is blamed somewhere
+    if n:
+        assert result.mean_cost == result.cost / n and all(0.0 <= z <= 1.0 for z in result.z_mean.values())
+    else:
+        assert math.isnan(result.mean_cost) and all(math.isnan(z) for z in result.z_mean.values())

@@ -158,6 +158,66 @@ def test_the_users_words_and_a_trusted_record_never_make_a_value_untrusted(value
     assert origin(request, [*reads, (value, "repeated")]) == base
 
 
+# no '.', '@' or long capitals-and-digits runs: no value holds a URL, an address or an account number inside it
+plain_values = (st.text(alphabet="abcXYZ019 _-", min_size=1, max_size=10) | st.integers(0, 2000)
+                | st.floats(0.0, 2000.0).map(lambda x: round(x, 2)))
+plain_texts = st.text(alphabet="abcXYZ019 ,$_-", max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(args=st.dictionaries(st.sampled_from(["to", "amount", "body", "ids"]),
+                            plain_values | st.lists(plain_values, max_size=3), min_size=1, max_size=3),
+       request=plain_texts, reads=st.lists(plain_texts, max_size=3))
+def test_the_provenance_rule_and_the_per_argument_rules_read_untrusted_text_alike(args, request, reads):
+    """With every read an undescribed (so untrusted) text, ``argument_sources`` (the provenance rule's reading)
+    and ``argument_provenance`` (the per-argument rules') name the same source for every argument: content is
+    untrusted, the request and nowhere are themselves."""
+    action = ToolAction(tool="send", args=args, sensitive=True)
+    scenario = make_scenario(action).model_copy(update={"request": request, "context": tuple(reads)})
+    sources = argument_sources(user_words(scenario), scenario.context, action)
+    origins = {a.argument: a.origin for a in argument_provenance(scenario, action)}
+    assert origins == {name: "untrusted" if source == "content" else source for name, source in sources.items()}
+    assert content_driven(scenario, action) == (bool(reads) and "untrusted" in origins.values())
+    assert untrusted_roles(scenario, action) == frozenset(argument_role(name) for name, origin in origins.items()
+                                                          if origin == "untrusted")
+
+
+words = st.text(alphabet="abdefxyz", min_size=1, max_size=6)
+identifiers = st.one_of(
+    st.builds("{}.{}".format, words, st.sampled_from(["com", "org", "net", "io"])),
+    st.builds("www.{}.{}/{}".format, words, st.sampled_from(["com", "ch"]), words),
+    st.builds("{}@{}.{}".format, words, words, st.sampled_from(["com", "org"])),
+    st.builds("DE{}".format, st.text(alphabet="0123456789", min_size=20, max_size=20)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(before=words, identifier=identifiers, after=words, reads=st.lists(st.tuples(
+    st.sampled_from(["fields", "trusted", "untrusted", "repeated"]), words), max_size=3))
+def test_what_the_user_wrote_is_from_the_request_with_identifiers_inside_it_too(before, identifier, after, reads):
+    """A payload the user wrote out, an address or a link inside it included, is from the request, whatever the
+    agent read (the identifier itself among it, trusted or not)."""
+    body = f"{before} {identifier} {after}"
+    action = ToolAction(tool="send_message", args={"body": body}, sensitive=True)
+    context = tuple(f"[read] {word} {identifier}" for _, word in reads)
+    scenario = make_scenario(action).model_copy(update={
+        "request": f"Please send this: {body}.", "context": context,
+        "read_from": tuple(ReadSource(tool="t", trust=trust) for trust, _ in reads)})
+    assert embedded_identifiers(body) == (identifier,)
+    assert [(a.argument, a.origin) for a in argument_provenance(scenario, action)] == [("body", "request")]
+
+
+def test_a_word_that_merely_starts_like_a_domain_is_not_an_identifier_of_its_own():
+    """The user wrote the whole payload; the read content names ab.com. A domain ends at a word's end, so
+    'ab.company' holds no 'ab.com' to trace to the read content: the payload stays the user's (an
+    untrusted_payload_rule would otherwise block the user's own message)."""
+    action = ToolAction(tool="send_message", args={"body": "visit ab.company tomorrow"}, sensitive=True)
+    scenario = make_scenario(action).model_copy(update={
+        "request": "Tell Bob: visit ab.company tomorrow", "context": ("[read] see ab.com",),
+        "read_from": (ReadSource(tool="t", trust="untrusted"),)})
+    assert embedded_identifiers("visit ab.company tomorrow") == ()
+    assert [a.origin for a in argument_provenance(scenario, action)] == ["request"]
+
+
 def test_the_built_in_suite_marks_read_content_by_its_text_not_its_labels():
     suite = EdgeCloudSuite(EdgeCloudSuiteConfig(size=600, seed=3))
     scenarios = [*suite.scenarios("train"), *suite.scenarios("holdout")]

@@ -13,7 +13,8 @@ from far.models.backends import ModelsConfig, build_models
 from far.rollout.policy import Policy
 from far.rollout.trajectory_io import TrajectoryModel
 from far.search.evaluation.evaluate import Evaluator
-from far.serve.app import LocalBackend, create_api
+from far.serve.app import create_api
+from far.serve.backends import LocalBackend
 from far.serve.schemas import GuardConfig, ServeConfig
 from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
 from far.verifiers.ensemble import EnsembleConfig, build_verifier
@@ -291,7 +292,7 @@ def test_far_serve_refuses_to_fit_on_evaluation_only_data_before_ray(tmp_path):
     assert "evaluation-only" in run.stderr and "private.parquet" in run.stderr
     assert "Ray" not in run.stderr and time.time() - started < 60
     # fitted on another suite (fit_on), serving the evaluation-only suite is what it is for
-    from far.serve.app import check_suites
+    from far.serve.policy_scoring import check_suites
     from far.serve.schemas import load_serve_config
 
     elsewhere = tmp_path / "elsewhere.yaml"

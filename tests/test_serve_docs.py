@@ -9,7 +9,8 @@ import time
 import pytest
 from conftest import NEEDS_BROWSER, oracle_models
 from far.models.backends import ModelsConfig
-from far.serve.app import LocalBackend, create_api
+from far.serve.app import create_api
+from far.serve.backends import LocalBackend
 from far.serve.schemas import ServeConfig
 
 pytestmark = NEEDS_BROWSER

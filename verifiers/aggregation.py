@@ -29,8 +29,8 @@ def minimum(scores: Sequence[Score], weights: Sequence[float] | None = None) -> 
 
 
 def weighted(scores: Sequence[Score], weights: Sequence[float] | None = None) -> Score:
-    """Σ w·s / Σ w over the members present; weights must be >= 0. All-zero weights on the present members
-    fall back to the plain mean (no member is silenced by a zero total)."""
+    """Σ w·s / Σ w over the members present; weights must be finite and >= 0. All-zero weights on the present
+    members fall back to the plain mean (no member is silenced by a zero total)."""
     if weights is None:
         return mean(scores)
     if len(weights) != len(scores):
@@ -38,8 +38,8 @@ def weighted(scores: Sequence[Score], weights: Sequence[float] | None = None) ->
     pairs = [(w, s) for w, s in zip(weights, scores) if s is not None]
     if not pairs:
         return None
-    if any(w < 0 or math.isnan(w) for w, _ in pairs):
-        raise ValueError("weights must be >= 0")
+    if not all(0 <= w < math.inf for w, _ in pairs):
+        raise ValueError("weights must be finite and >= 0")
     total = sum(w for w, _ in pairs)
     if total == 0:
         return mean(scores)

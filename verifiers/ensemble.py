@@ -12,6 +12,7 @@ which every member abstained scores 0 (no evidence is not a pass).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -70,9 +71,9 @@ class EnsembleConfig(BaseModel):
     @field_validator("weights")
     @classmethod
     def _weights(cls, weights: dict[str, float]) -> dict[str, float]:
-        bad = {k: v for k, v in weights.items() if k not in MEMBERS or not v >= 0}
+        bad = {k: v for k, v in weights.items() if k not in MEMBERS or not 0 <= v < math.inf}
         if bad:
-            raise ValueError(f"weights must name known members and be >= 0: {bad}")
+            raise ValueError(f"weights must name known members and be finite and >= 0: {bad}")
         return weights
 
 

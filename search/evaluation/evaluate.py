@@ -2,7 +2,7 @@
 
 Engines: ``replay`` walks the agent's node functions over recorded model outputs (the default, fast);
 ``graph`` runs the compiled LangGraph agent with the models called live. Both give identical trajectories.
-``columnar`` (``far.search.evaluation.columnar``) gives the same aggregates as array operations over the recorded outputs;
+``columnar`` (``evaluation.columnar``) gives the same aggregates as array operations over the recorded outputs;
 where rollouts or rows are asked for, it replays.
 """
 from __future__ import annotations
@@ -74,7 +74,7 @@ class Evaluator:
                  fit_on: dict[str, FitSources] | None = None, folds: int = 5, shift_encoder: Any = None) -> None:
         self.suite = suite
         self.folds = folds  # train is recorded out-of-fold: by models fitted without the scenario's group
-        self.fit_on = dict(fit_on or {})  # role -> the suites its model is fitted on (``far.search.evaluation.fitting``)
+        self.fit_on = dict(fit_on or {})  # role -> the suites its model is fitted on (``evaluation.fitting``)
         self.models = models
         self.verifier = verifier
         self.costs = costs
@@ -87,14 +87,14 @@ class Evaluator:
         self.fit_report: dict[str, Any] = {}  # what the learned backends were fitted on (set by ``fit``)
         self._holdout_content: set[tuple[str, str]] = set()
         self._plan = FitPlan({}, set())
-        self.shift_encoder = shift_encoder  # measures how unlike the fit data the holdout is (``far.search.evaluation.shift``)
+        self.shift_encoder = shift_encoder  # measures how unlike the fit data the holdout is (``evaluation.shift``)
         self.shifts: list[Any] = []
         self.shift_note = ""  # SHIFTED (...) beside every figure when the holdout is unlike the fit data
         self._train_parts: list[tuple[list[int], ModelSet]] | None = None
 
     def fit(self) -> None:
         """Fit learned backends (calibration, probes) on train splits, once, before any recording: the
-        evaluated suite's, or for a role with ``fit_on`` the suites named there (``far.search.evaluation.fitting``). Whatever
+        evaluated suite's, or for a role with ``fit_on`` the suites named there (``evaluation.fitting``). Whatever
         the source, a fitting scenario whose content (request and proposed action) is also in the evaluated
         holdout is dropped: holdout never shapes a model, whatever the files are called."""
         if self._fitted:
@@ -196,7 +196,7 @@ class Evaluator:
         return self._prepared[split]
 
     def columnar(self) -> Any:
-        """The splits compiled to columns (``far.search.evaluation.columnar.ColumnarTrials``), once; a one-line error where the
+        """The splits compiled to columns (``columnar.ColumnarTrials``), once; a one-line error where the
         columnar engine does not apply (``far.search.jobs.config.check_engine`` says so earlier, from the config)."""
         from far.rollout.errors import FarInputError
         from far.rollout.scenario import SPLITS

@@ -4,7 +4,7 @@ A role's data is the evaluated suite's train split unless the config says ``fit_
 splits of the suites named there, with the evaluated suite's own when ``own: true``. The suites weigh the same
 (``balanced``), and whatever the source, a scenario whose content is also in the evaluated holdout is dropped.
 
-Out-of-fold copies (``far.search.evaluation.evaluate.Evaluator.parts``) exist only for roles that saw the evaluated suite's
+Out-of-fold copies (``Evaluator.parts``) exist only for roles that saw the evaluated suite's
 train split: a model fitted on other suites alone never saw it, so its train outputs are already out-of-sample.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ MODEL_DECIDED = "(model)"  # attribution bucket for failures no policy parameter
 
 
 class PolicyResult(BaseModel):
-    """One policy on one split. ``critical_failures``, ``reward`` and ``cost`` are what ``far.search.ranking.rank`` compares."""
+    """One policy on one split. ``critical_failures``, ``reward`` and ``cost`` are what ``ranking.rank`` compares."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -38,7 +38,7 @@ class PolicyResult(BaseModel):
     reward_lost: dict[str, dict[str, float]]  # failure kind -> policy parameter (or "(model)") -> reward lost
     simulated: bool
     oracle: tuple[str, ...] = ()  # roles (edge, cloud, user) whose model read the labels: an ORACLE figure
-    shift: str = ""  # SHIFTED (...) when the models were fitted on data unlike the evaluated (``far.search.evaluation.shift``)
+    shift: str = ""  # SHIFTED (...) when the models were fitted on data unlike the evaluated (``evaluation.shift``)
     benign_scenarios: int = 0  # rollouts with nothing to refuse (``Verdict.benign``)
     benign_refused: int = 0  # ... with an OVER_REFUSAL
     benign_completed: int = 0  # ... whose task was done (TASK_SUCCESS)

@@ -13,7 +13,12 @@ from far.rollout.policy import Policy, load_policies, parse_named_policies
 from far.search.ranking.gate import GateConfig
 from far.search.searchers.space import PolicySpace, load_space, parse_space
 from far.suites import SuiteSpec
-from far.verifiers.ensemble import EnsembleConfig, LLMJudgeConfig, build_verifier, check_member_models
+from far.verifiers.ensemble import (
+    EnsembleConfig,
+    LLMJudgeConfig,
+    build_verifier,
+    check_member_models,
+)
 from far.verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -28,7 +33,7 @@ class RunConfig(BaseModel):
     rewards: dict[str, Any] | str | None = None  # an inline table or a path to one
     costs: Costs = Costs()
     gate: GateConfig = GateConfig()
-    # columnar: search trials evaluated as array operations (far.search.evaluation.columnar); rows still come from replay
+    # columnar: search trials evaluated as array operations (evaluation/columnar.py); rows still come from replay
     engine: Literal["replay", "graph", "columnar"] = "replay"
     verifier: EnsembleConfig = EnsembleConfig()
 
@@ -217,7 +222,7 @@ def check_fit_data(models: Any, source: str | Path, suite: Any, fit_on: dict[str
 
 def check_suite(suite: Any, loaded: Loaded, gate: Any) -> None:
     """Before any expensive work: both splits have scenarios, and the holdout is large enough for the gate's
-    critical-rate bound ever to pass (with zero failures it needs ``far.search.ranking.gate.holdout_needed`` scenarios)."""
+    critical-rate bound ever to pass (with zero failures it needs ``gate.holdout_needed`` scenarios)."""
     from far.rollout.scenario import SPLITS
     from far.search.ranking.gate import holdout_needed
 

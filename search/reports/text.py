@@ -110,7 +110,7 @@ def attack_table(rows: Sequence[dict]) -> str:
 
 
 def effects_table(effects: Sequence[dict]) -> str:
-    """``far.search.evaluation.results.rule_effects`` rows: which parameter stopped or rerouted how many calls, at what cost."""
+    """``results.rule_effects`` rows: which parameter stopped or rerouted how many calls, at what cost."""
     if not effects:
         return "  (no parameter stopped or rerouted a call)"
     return _table(["decided by", "action", "rollouts", "harmful stopped", "benign refused", "cost"],

@@ -5,7 +5,7 @@ Generational, so that results never depend on timing: suggestions are numbered, 
 suggestions [g * population, (g + 1) * population). Generation 0 is random points of the space; a child in
 generation g >= 1 is bred only once every trial of the earlier generations has completed (until then
 ``suggest`` answers None and Tune asks again), from their results taken in suggestion order: two parents
-drawn by tournament from the breeding pool (the best ``population`` so far by ``far.search.ranking.rank``; the ``elite`` best
+drawn by tournament from the breeding pool (the best ``population`` so far by ``ranking.rank``; the ``elite`` best
 are always in it), crossed over (uniform, per parameter) and mutated (each parameter with ``mutation_rate``,
 at least one): a float or int moves to a neighbouring value (a neighbouring grid point when searching the
 grid), a bool flips, a choice changes. The first ``local_search`` share of each generation is local search
@@ -61,7 +61,8 @@ def random_config(space: PolicySpace, rng: random.Random, on_grid: bool) -> Conf
 
 
 def mutate_value(domain: Any, value: Any, rng: random.Random, on_grid: bool) -> Any:
-    """A different value near ``value``, inside the domain."""
+    """A value near ``value``, inside the domain: a bool flips and a choice changes; a grid value steps one or two
+    grid points either way, clamped at the ends (so at an end it can stay); a float moves by a Gaussian step."""
     if isinstance(domain, BoolDomain):
         return not value
     if isinstance(domain, ChoiceDomain) or (on_grid and isinstance(domain, FloatDomain)) or isinstance(

@@ -1,7 +1,7 @@
 """``far search``: policy search on Ray Tune, trials fanned out to rollout actors.
 
-Tune is given one scalar, ``score`` (``far.search.ranking.rank.tune_score``: the constrained lexicographic rule in bands),
-which it only displays: the searchers select with ``far.search.ranking.rank`` itself, all trials are ranked with it (under
+Tune is given one scalar, ``score`` (``ranking.rank.tune_score``: the constrained lexicographic rule in bands),
+which it only displays: the searchers select with ``ranking.rank`` itself, all trials are ranked with it (under
 the gate's cost limit), the top-k are re-evaluated on holdout, and the winner is the best of them that passes
 the gate there.
 
@@ -210,65 +210,73 @@ class SearchRun:
 
 def run_tune(loaded: LoadedSearchConfig, pool: RolloutPool | ColumnarTrials, simulated: bool, resume: bool,
              proposer_lm: Any = None, verbose: int = 1) -> SearchRun:
-    settings = loaded.config.search
-    space = loaded.space
+    """The search on Ray Tune: a new experiment, or the saved one under the output directory when ``resume``."""
+    # save the experiment state after every event, so a killed driver resumes without re-running finished trials
+    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
+    started = time.perf_counter()
+    tuner, searcher, rescuer = make_tuner(loaded, pool, simulated, resume, proposer_lm, verbose)
+    run = collect_trials(tuner.fit(), loaded.space, rescuer)
+    run.searcher_counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def make_tuner(loaded: LoadedSearchConfig, pool: RolloutPool | ColumnarTrials, simulated: bool, resume: bool,
+               proposer_lm: Any, verbose: int) -> tuple[tune.Tuner, Any, RescueLostTrials | None]:
+    """The Tuner, our own searcher object (for its counts; a restored run has Tune's copy instead: None) and the
+    rescuer of trials Tune ends in error."""
+    settings, space = loaded.config.search, loaded.space
     constraints = Constraints.from_gate(loaded.config.gate)
     storage = loaded.output.resolve()
-    experiment = storage / "tune"
     trainable = tune.with_resources(
         tune.with_parameters(evaluate_trial, pool=pool, space=space, simulated=simulated, constraints=constraints),
         {"cpu": settings.trial_cpus},
     )
-    # save the experiment state after every event, so a killed driver resumes without re-running finished trials
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", "0")
-    started = time.perf_counter()
-    searcher = None  # our own searcher object, for its counts (a restored run has Tune's copy instead)
-    rescuer = None
+    if resume and tune.Tuner.can_restore(str(storage / "tune")):
+        return tune.Tuner.restore(str(storage / "tune"), trainable=trainable, resume_errored=True), None, None
 
     def rescue(config: dict[str, Any]) -> dict[str, Any]:  # a trial Tune ended in error, evaluated here
         policy = space.policy({name: config[name] for name in space.parameters})
         return {**trial_metrics(trial_result(pool, policy, simulated), constraints), "node": "driver (rescued)"}
 
-    if resume and tune.Tuner.can_restore(str(experiment)):
-        tuner = tune.Tuner.restore(str(experiment), trainable=trainable, resume_errored=True)
-    else:
-        search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm, constraints, rescue)
-        searcher = getattr(search_alg, "searcher", None)
-        if isinstance(searcher, RescueLostTrials):
-            rescuer, searcher = searcher, searcher.searcher
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
-            tune_config=tune.TuneConfig(metric=METRIC, mode="max", search_alg=search_alg, num_samples=num_samples,
-                                        max_concurrent_trials=settings.concurrency, reuse_actors=True),
-            # a trial whose node died is run again (its result is deterministic), never dropped or counted twice
-            run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=verbose,
-                                      failure_config=tune.FailureConfig(max_failures=settings.trial_retries)),
-        )
-    grid = tuner.fit()
-    trials = []
-    failed = 0
-    rescued = 0
+    search_alg, param_space, num_samples = make_searcher(settings, space, proposer_lm, constraints, rescue)
+    searcher, rescuer = getattr(search_alg, "searcher", None), None
+    if isinstance(searcher, RescueLostTrials):
+        rescuer, searcher = searcher, searcher.searcher
+    tuner = tune.Tuner(
+        trainable,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(metric=METRIC, mode="max", search_alg=search_alg, num_samples=num_samples,
+                                    max_concurrent_trials=settings.concurrency, reuse_actors=True),
+        # a trial whose node died is run again (its result is deterministic), never dropped or counted twice
+        run_config=tune.RunConfig(name="tune", storage_path=str(storage), verbose=verbose,
+                                  failure_config=tune.FailureConfig(max_failures=settings.trial_retries)),
+    )
+    return tuner, searcher, rescuer
+
+
+def collect_trials(grid: Any, space: PolicySpace, rescuer: RescueLostTrials | None) -> SearchRun:
+    """Tune's results as trial records in suggestion order; a trial that errored after its retries is counted
+    as failed (said in the output, never silently ranked), one the rescuer evaluated is kept."""
+    run = SearchRun(trials=[])
     for result in grid:
         params = {name: result.config[name] for name in space.parameters}
         metrics = result.metrics
         if result.error is not None and rescuer is not None and config_key(params) in rescuer.rescued:
             metrics = rescued_metrics(rescuer.rescued[config_key(params)], result.path)
-            rescued += 1
+            run.rescued += 1
         elif result.error is not None or not metrics or "critical_failures" not in metrics:
-            failed += 1  # its retries spent (trial_retries): said in the output, never silently ranked
+            run.failed += 1
             continue
-        trials.append(TrialRecord(
+        run.trials.append(TrialRecord(
             trial_id=metrics.get("trial_id", ""), params=params,
             metrics={k: v for k, v in metrics.items() if not isinstance(v, dict)},
             policy=space.policy(params), finished_at=metrics.get("finished_at", 0.0),
         ))
     # suggestion order, never completion order: Tune numbers each trial's tag as it creates it (and keeps the
     # counter across --resume, where it re-queues restored trials by their last result time)
-    trials.sort(key=lambda t: suggestion_number(t.metrics.get("experiment_tag", "")))
-    counts = dict(getattr(searcher, "counts", {})) if searcher is not None else {}
-    return SearchRun(trials=trials, searcher_counts=counts, seconds=time.perf_counter() - started, failed=failed,
-                     rescued=rescued)
+    run.trials.sort(key=lambda t: suggestion_number(t.metrics.get("experiment_tag", "")))
+    return run
 
 
 def rescued_metrics(metrics: dict[str, Any], trial_path: str | None) -> dict[str, Any]:

@@ -29,6 +29,7 @@ AgentDojo's suites and environments in ``far.suites.agentdojo.environment``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from far.rollout.errors import FarInputError, from_validation_error
@@ -183,77 +184,104 @@ def checker_defects(suite: str, user_task: str, injection_task: str | None) -> l
     return found
 
 
+@dataclass
+class _LoadedSuite:
+    """One AgentDojo suite's tasks as the scenarios use them."""
+
+    name: str
+    attacks: dict[str, Any]  # attack name -> AgentDojo's attack
+    default_env: Any
+    user_tasks: list[Any]
+    scriptable: list[Any]  # injection tasks whose ground truth has calls to script
+    holdout_users: set[str]
+    holdout_injections: set[str]
+
+
 def generate_scenarios(config: AgentDojoSuiteConfig, progress: Callable[[str], None] | None = None
                        ) -> tuple[list[Scenario], dict[str, Any]]:
     """All scenarios of the configured suites and attacks, and a report of what was excluded and why."""
-    from agentdojo.attacks.attack_registry import load_attack
-
     scenarios: list[Scenario] = []
     report: dict[str, Any] = {"excluded_empty_ground_truth": {}, "checker_defect_scenarios": 0,
                               "excluded_checker_defect_scenarios": 0, "dropped_across_split": 0,
                               "holdout_injection_tasks": {}, "holdout_user_tasks": {}}
     for name in config.suites:
-        try:
-            task_suite = load_task_suite(config.version, name)
-        except Exception as error:  # agentdojo raises KeyError/ValueError for an unknown version
-            raise FarInputError(f"cannot load AgentDojo suite {name!r} at {config.version!r} ({error})",
-                                field="suite.version") from None
-        attacks = {attack: load_attack(attack, task_suite, _NamedPipeline(config.target_model))
-                   for attack in config.attacks}
-        default_env = injected_environment(config.version, name, {})
-        user_tasks = list(task_suite.user_tasks.values())[:config.max_user_tasks]
-        injection_tasks = list(task_suite.injection_tasks.values())[:config.max_injection_tasks]
-        scriptable = [t for t in injection_tasks if t.ground_truth(default_env.model_copy(deep=True))]
-        excluded = [t.ID for t in injection_tasks if t not in scriptable]
-        report["excluded_empty_ground_truth"][name] = excluded
-        holdout_users = _holdout_tasks(config, name, [t.ID for t in user_tasks])
-        holdout_injections = _holdout_tasks(config, name, [t.ID for t in scriptable])
-        if config.split_by in ("injection_task", "user_and_injection_task"):
-            report["holdout_injection_tasks"][name] = sorted(holdout_injections)
-        if config.split_by == "user_and_injection_task":
-            report["holdout_user_tasks"][name] = sorted(holdout_users)
-        if progress is not None:
-            progress(f"  agentdojo {name} {config.version}: {len(user_tasks)} user tasks x {len(scriptable)} injection "
-                     f"tasks x {len(attacks)} attack(s) (excluded, empty ground truth: "
-                     f"{', '.join(excluded) or 'none'})")
-        for user_task in user_tasks:
-            plan = user_task.ground_truth(user_task.init_environment(default_env.model_copy(deep=True)))
-            first = to_tool_action(plan[0].function, plan[0].args) if plan else ToolAction(tool="(answer)")
-            task_mode = "diagnostic" if all(tool_properties(c.function)["read_only"] for c in plan) else "executable"
-            pairs: list[tuple[Any, str | None]] = [(None, None)] if config.benign else []
-            pairs += [(injection_task, attack) for injection_task in scriptable for attack in attacks]
-            for injection_task, attack_name in pairs:
-                injection_id = injection_task.ID if injection_task is not None else None
-                scenario_id = (f"agentdojo/{name}/{user_task.ID}/{injection_id}/{attack_name}" if injection_id
-                               else f"agentdojo/{name}/{user_task.ID}/benign")
-                split, group = _split(config, name, user_task.ID, injection_id, scenario_id, holdout_users,
-                                      holdout_injections)
-                if split is None:
-                    report["dropped_across_split"] += 1
-                    continue
-                defects = checker_defects(name, user_task.ID, injection_id)
-                if defects and config.exclude_checker_defects:
-                    report["excluded_checker_defect_scenarios"] += 1
-                    continue
-                report["checker_defect_scenarios"] += bool(defects)
-                injected = injection_task is not None
-                injections = attacks[attack_name].attack(user_task, injection_task) if injected else {}
-                scenarios.append(Scenario(
-                    id=scenario_id, suite=f"agentdojo:{name}", category=name,
-                    kind="injected" if injected else "benign", task_mode=task_mode, split=split,
-                    request=user_task.PROMPT, proposed_action=first, group=group,
-                    ground_truth=GroundTruth(unsafe=injected, injected=injected,
-                                             intended_action=None if injected else first),
-                    environment={
-                        "benchmark": "agentdojo", "version": config.version, "suite": name,
-                        "user_task": user_task.ID, "injection_task": injection_id, "attack": attack_name,
-                        "injection_goal": injection_task.GOAL if injected else None,
-                        "injections": injections, "checker_defects": defects,
-                        "tool_fault_rate": config.tool_fault_rate, "cloud_outage_rate": config.cloud_outage_rate,
-                        "fault_seed": config.seed,
-                    },
-                ))
+        loaded = _load_suite(config, name, report, progress)
+        for user_task in loaded.user_tasks:
+            scenarios += _user_task_scenarios(config, loaded, user_task, report)
     return scenarios, report
+
+
+def _load_suite(config: AgentDojoSuiteConfig, name: str, report: dict[str, Any],
+                progress: Callable[[str], None] | None) -> _LoadedSuite:
+    from agentdojo.attacks.attack_registry import load_attack
+
+    try:
+        task_suite = load_task_suite(config.version, name)
+    except Exception as error:  # agentdojo raises KeyError/ValueError for an unknown version
+        raise FarInputError(f"cannot load AgentDojo suite {name!r} at {config.version!r} ({error})",
+                            field="suite.version") from None
+    attacks = {attack: load_attack(attack, task_suite, _NamedPipeline(config.target_model))
+               for attack in config.attacks}
+    default_env = injected_environment(config.version, name, {})
+    user_tasks = list(task_suite.user_tasks.values())[:config.max_user_tasks]
+    injection_tasks = list(task_suite.injection_tasks.values())[:config.max_injection_tasks]
+    scriptable = [t for t in injection_tasks if t.ground_truth(default_env.model_copy(deep=True))]
+    excluded = [t.ID for t in injection_tasks if t not in scriptable]
+    report["excluded_empty_ground_truth"][name] = excluded
+    loaded = _LoadedSuite(name, attacks, default_env, user_tasks, scriptable,
+                          _holdout_tasks(config, name, [t.ID for t in user_tasks]),
+                          _holdout_tasks(config, name, [t.ID for t in scriptable]))
+    if config.split_by in ("injection_task", "user_and_injection_task"):
+        report["holdout_injection_tasks"][name] = sorted(loaded.holdout_injections)
+    if config.split_by == "user_and_injection_task":
+        report["holdout_user_tasks"][name] = sorted(loaded.holdout_users)
+    if progress is not None:
+        progress(f"  agentdojo {name} {config.version}: {len(user_tasks)} user tasks x {len(scriptable)} injection "
+                 f"tasks x {len(attacks)} attack(s) (excluded, empty ground truth: {', '.join(excluded) or 'none'})")
+    return loaded
+
+
+def _user_task_scenarios(config: AgentDojoSuiteConfig, loaded: _LoadedSuite, user_task: Any,
+                         report: dict[str, Any]) -> list[Scenario]:
+    """The user task benign (when configured) and under every scriptable injection task and attack, less the
+    scenarios dropped across the split or for a known checker defect (counted in ``report``)."""
+    plan = user_task.ground_truth(user_task.init_environment(loaded.default_env.model_copy(deep=True)))
+    first = to_tool_action(plan[0].function, plan[0].args) if plan else ToolAction(tool="(answer)")
+    task_mode = "diagnostic" if all(tool_properties(c.function)["read_only"] for c in plan) else "executable"
+    pairs: list[tuple[Any, str | None]] = [(None, None)] if config.benign else []
+    pairs += [(injection_task, attack) for injection_task in loaded.scriptable for attack in loaded.attacks]
+    found = []
+    for injection_task, attack_name in pairs:
+        injection_id = injection_task.ID if injection_task is not None else None
+        scenario_id = (f"agentdojo/{loaded.name}/{user_task.ID}/{injection_id}/{attack_name}" if injection_id
+                       else f"agentdojo/{loaded.name}/{user_task.ID}/benign")
+        split, group = _split(config, loaded.name, user_task.ID, injection_id, scenario_id, loaded.holdout_users,
+                              loaded.holdout_injections)
+        if split is None:
+            report["dropped_across_split"] += 1
+            continue
+        defects = checker_defects(loaded.name, user_task.ID, injection_id)
+        if defects and config.exclude_checker_defects:
+            report["excluded_checker_defect_scenarios"] += 1
+            continue
+        report["checker_defect_scenarios"] += bool(defects)
+        injected = injection_task is not None
+        injections = loaded.attacks[attack_name].attack(user_task, injection_task) if injected else {}
+        found.append(Scenario(
+            id=scenario_id, suite=f"agentdojo:{loaded.name}", category=loaded.name,
+            kind="injected" if injected else "benign", task_mode=task_mode, split=split,
+            request=user_task.PROMPT, proposed_action=first, group=group,
+            ground_truth=GroundTruth(unsafe=injected, injected=injected, intended_action=None if injected else first),
+            environment={
+                "benchmark": "agentdojo", "version": config.version, "suite": loaded.name,
+                "user_task": user_task.ID, "injection_task": injection_id, "attack": attack_name,
+                "injection_goal": injection_task.GOAL if injected else None,
+                "injections": injections, "checker_defects": defects,
+                "tool_fault_rate": config.tool_fault_rate, "cloud_outage_rate": config.cloud_outage_rate,
+                "fault_seed": config.seed,
+            },
+        ))
+    return found
 
 
 class AgentDojoSuite:
