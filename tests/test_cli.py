@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def far(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     return subprocess.run([sys.executable, "-m", "far", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
 

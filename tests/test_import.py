@@ -47,7 +47,7 @@ def test_imported_scenarios_evaluate_end_to_end(tmp_path):
                         "labels": {"unsafe": i % 3 == 0}, "split": "holdout" if i % 4 == 0 else "train"})
             for i in range(24)]
     (tmp_path / "mine.jsonl").write_text("\n".join(rows + ["oops"]) + "\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     imported = subprocess.run([sys.executable, "-m", "far", "import-scenarios", "mine.jsonl", "--output",
                                "mine.parquet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr
@@ -64,7 +64,7 @@ def test_imported_scenarios_evaluate_end_to_end(tmp_path):
 
 
 def far(args, cwd, timeout=120):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     return subprocess.run([sys.executable, "-m", "far", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

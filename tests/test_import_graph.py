@@ -176,7 +176,7 @@ def searcher_imports(graph: dict[str, set[str]]) -> list[str]:
 
 def test_only_the_search_job_runs_searchers(graph):
     assert searcher_imports({"far.evolve.loop": {"far.search.searchers.tune", "far.search.ranking.gate"},
-                             "far.search.jobs.pipeline": {"far.search.searchers.tune"}}) == [
+                             "far.search.jobs.search_job": {"far.search.searchers.tune"}}) == [
         "far.evolve.loop -> far.search.searchers.tune"]
     assert searcher_imports(graph) == []
 

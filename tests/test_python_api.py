@@ -28,7 +28,7 @@ def test_the_docs_example_runs_and_says_what_the_files_say(tmp_path):
     evaluate and a real search on Ray Tune."""
     shutil.copytree(REPO / "configs", tmp_path / "configs")
     (tmp_path / "example.py").write_text(example_code())
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     run = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=1200)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -39,7 +39,7 @@ def test_the_docs_example_runs_and_says_what_the_files_say(tmp_path):
     assert (f"best on train: {best}; on holdout {holdout['critical_failures']} critical, cost/scenario "
             f"{holdout['mean_cost']:.3f}, gate: {verdict}") in run.stdout
     searched = json.loads((tmp_path / "results" / "python-search" / "summary.json").read_text())
-    assert searched["trials"] == 16 and searched["oracle"] == []  # real models, no label reader
+    assert searched["trials"] == 8 and searched["oracle"] == []  # real models, no label reader
     assert f"deployable: {searched['winner']['deployable']} ({searched['gate']['reason']})" in run.stdout
     assert "Gate on holdout:" in run.stdout  # the report the command prints
     assert (tmp_path / "results" / "python-search" / "report.html").exists()

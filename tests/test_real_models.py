@@ -88,7 +88,7 @@ def test_rerun_of_a_real_model_evaluation_makes_no_model_calls(tmp_path):
     }
     path = tmp_path / "far.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
 
     def run(out):
         done = subprocess.run([sys.executable, "-m", "far", "evaluate", str(path), "--output", out], cwd=tmp_path,
@@ -131,7 +131,7 @@ def test_llm_proposed_search_with_smollm2(tmp_path):
     }
     path = tmp_path / "llm.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     done = subprocess.run([sys.executable, "-m", "far", "search", str(path), "--quiet"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]

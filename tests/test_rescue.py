@@ -1,15 +1,17 @@
 """A trial that Tune ends in error (e.g. its node died while Tune reset a cached actor onto it, which Tune 2.60
 ends in error whatever max_failures says) is evaluated again in the driver before the searcher hears of it:
 the search suggests, ranks and records exactly what it would have without the fault."""
+import json
 import sys
+from types import SimpleNamespace
 
 import yaml
 from conftest import ORACLE_MODELS
 from far.cluster.rollout_pool import RolloutPool
 from far.rollout.scenario import SPLITS
-from far.search.jobs.config import load_search_config
 from far.search.jobs.assemble import build_evaluator
-from far.search.searchers.tune import rescued_metrics, run_tune
+from far.search.jobs.config import load_search_config
+from far.search.searchers.tune import config_of, rescued_metrics, run_tune
 from ray import cloudpickle
 from test_search import SPACE
 
@@ -66,3 +68,13 @@ def test_a_rescued_trial_keeps_the_tag_tune_gave_it():
     path = "/x/tune/evaluate_trial_6a31049f_5_cloud_threshold=0.4000,max_retries=2_2026-12-04_07-56-09"
     assert rescued_metrics(metrics, path)["experiment_tag"].startswith("5_cloud_threshold=0.4000")
     assert "experiment_tag" not in rescued_metrics(metrics, "/x/tune/somewhere_else")
+
+
+def test_a_trial_lost_before_its_first_result_is_known_by_its_params_file(tmp_path):
+    """Tune's result of a trial that never reported has no config: the trial's params.json says which policy it
+    was; with neither, there is nothing to say (None, counted as a failed trial)."""
+    assert config_of(SimpleNamespace(config={"a": 1}, path=None)) == {"a": 1}
+    (tmp_path / "params.json").write_text(json.dumps({"cloud_threshold": 0.4}))
+    assert config_of(SimpleNamespace(config=None, path=str(tmp_path))) == {"cloud_threshold": 0.4}
+    assert config_of(SimpleNamespace(config=None, path=str(tmp_path / "gone"))) is None
+    assert config_of(SimpleNamespace(config=None, path=None)) is None

@@ -105,7 +105,7 @@ def test_far_evaluate_marks_a_run_on_unlike_data_and_not_one_on_its_own(tmp_path
              "proposed_action": s.proposed_action.model_dump(), "labels": {"unsafe": i % 4 == 0}}
             for i, s in enumerate(DOMAIN)]
     (tmp_path / "office.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)
     imported = subprocess.run([sys.executable, "-m", "far", "import-scenarios", "office.jsonl", "--output",
                                "office.parquet"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert imported.returncode == 0, imported.stderr

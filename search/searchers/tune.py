@@ -10,6 +10,7 @@ for the same seed whatever the concurrency (``far.search.searchers.evolutionary`
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -260,7 +261,11 @@ def collect_trials(grid: Any, space: PolicySpace, rescuer: RescueLostTrials | No
     as failed (said in the output, never silently ranked), one the rescuer evaluated is kept."""
     run = SearchRun(trials=[])
     for result in grid:
-        params = {name: result.config[name] for name in space.parameters}
+        config = config_of(result)
+        if config is None:  # no result and no params.json: nothing says which policy it was
+            run.failed += 1
+            continue
+        params = {name: config[name] for name in space.parameters}
         metrics = result.metrics
         if result.error is not None and rescuer is not None and config_key(params) in rescuer.rescued:
             metrics = rescued_metrics(rescuer.rescued[config_key(params)], result.path)
@@ -277,6 +282,18 @@ def collect_trials(grid: Any, space: PolicySpace, rescuer: RescueLostTrials | No
     # counter across --resume, where it re-queues restored trials by their last result time)
     run.trials.sort(key=lambda t: suggestion_number(t.metrics.get("experiment_tag", "")))
     return run
+
+
+def config_of(result: Any) -> dict[str, Any] | None:
+    """A trial's config: its last result's, or for a trial that never reported (lost with its node before its
+    first result) the ``params.json`` Tune wrote in its directory when it started."""
+    if result.config is not None:
+        return result.config
+    params = os.path.join(result.path or "", "params.json")
+    if not os.path.isfile(params):
+        return None
+    with open(params, encoding="utf-8") as handle:
+        return json.load(handle)
 
 
 def rescued_metrics(metrics: dict[str, Any], trial_path: str | None) -> dict[str, Any]:
