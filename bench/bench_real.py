@@ -131,15 +131,6 @@ def zero_shot_rows(data: dict, sample: int) -> list[dict]:
     return rows
 
 
-def policy_grid(agentdojo: bool) -> list:
-    from far.rollout.policy import Policy
-
-    thresholds = [0.0, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0] if agentdojo else [i / 10 for i in range(11)]
-    blocks = [0.5, 0.7, 0.9, 1.0] if agentdojo else [0.5, 0.7, 0.8, 0.9, 0.95, 1.0]
-    return [Policy(cloud_threshold=t, edge_block_threshold=b, max_retries=1, require_confirmation=c,
-                   fallback_mode="safe_shutdown") for t, b, c in itertools.product(thresholds, blocks, [True, False])]
-
-
 def holdout_figures(evaluator, policy, injected_only_asr: bool) -> dict:
     from far.verifiers.taxonomy import FailureKind, SuccessKind
 
