@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from far.search.evaluation.evaluate import Evaluator
-from far.search.jobs.config import RunConfig, fit_suites
+from far.search.jobs.config import RunConfig, fit_suites, reward_table
 from far.verifiers.ensemble import EnsembleConfig, LLMJudgeConfig, build_verifier
-from far.verifiers.taxonomy import RewardTable, load_reward_table, parse_reward_table
+from far.verifiers.taxonomy import RewardTable
 
 Progress = Callable[[str], None]  # one line of progress (the CLI prints it to stderr)
 
@@ -31,13 +31,6 @@ def run_verifier(verifier: EnsembleConfig, rewards: RewardTable, *, cache: Any =
         return build_lm(judge.lm_options(), host, cache)
 
     return build_verifier(verifier, rewards, judge_lm, models)
-
-
-def run_rewards(config: RunConfig, base_dir: Path | None = None) -> RewardTable:
-    """The config's reward table: inline, a file relative to ``base_dir``, or the default."""
-    if isinstance(config.rewards, str):
-        return load_reward_table(Path(base_dir or ".") / config.rewards)
-    return parse_reward_table(config.rewards)
 
 
 def model_host(config: RunConfig, *, always: bool = False) -> Any:
@@ -65,7 +58,7 @@ def build_evaluator(config: RunConfig, *, suite: Any = None, base_dir: Path | No
     if suite is None:
         suite = build_suite(config.suite, base_dir)
     if rewards is None:
-        rewards = run_rewards(config, base_dir)
+        rewards = reward_table(config, base_dir)
     if fit_on is None:
         fit_on = fit_suites(config.models, base_dir, source, config.suite)
     if models is None:

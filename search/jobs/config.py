@@ -296,9 +296,11 @@ def _output(config_output: str, output: str | None, source: Path | None = None) 
     return out.resolve()
 
 
-def _rewards(config: RunConfig, base: Path, path: Path) -> RewardTable:
+def reward_table(config: RunConfig, base: Path | None = None, path: Path | None = None) -> RewardTable:
+    """The config's reward table: a file (relative to ``base``), inline (errors naming the config ``path``), or
+    the default."""
     if isinstance(config.rewards, str):
-        return load_reward_table(_resolve(base, config.rewards))
+        return load_reward_table(_resolve(base or Path("."), config.rewards))
     return parse_reward_table(config.rewards, file=path)
 
 
@@ -312,7 +314,7 @@ def load_evaluate_config(path: str | Path, output: str | None = None) -> LoadedE
     else:
         policies = parse_named_policies(config.policies, file=path)
     return LoadedEvaluateConfig(source=str(path), base_dir=base, raw=raw, config=config, policies=policies,
-                                rewards=_rewards(config, base, path), output=_output(config.output, output, path))
+                                rewards=reward_table(config, base, path), output=_output(config.output, output, path))
 
 
 class CalibrateRunConfig(RunConfig):
@@ -331,7 +333,7 @@ def load_run_config(path: str | Path) -> LoadedRunConfig:
     check_models(config.models, path)
     base = path.resolve().parent
     return LoadedRunConfig(source=str(path), base_dir=base, raw=raw, config=config,
-                           rewards=_rewards(config, base, path), output=base)
+                           rewards=reward_table(config, base, path), output=base)
 
 
 class LoadedSearchConfig(Loaded):
@@ -356,4 +358,4 @@ def load_search_config(path: str | Path, output: str | None = None) -> LoadedSea
     if settings.evolutionary.elite > settings.evolutionary.population:
         raise FarInputError("elite must not exceed population", file=path, field="search.evolutionary.elite")
     return LoadedSearchConfig(source=str(path), base_dir=base, raw=raw, config=config, space=space,
-                              rewards=_rewards(config, base, path), output=_output(config.output, output, path))
+                              rewards=reward_table(config, base, path), output=_output(config.output, output, path))
