@@ -6,42 +6,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-ROUND_SCORE = "own_tsr"  # what ranks rounds once safety is settled: the model's own right decisions, which a
-# model that escalates everything cannot game (end to end, the cloud would complete and review it)
-FIT_SCORE = "mean_r_pf"  # what ranks a round's fits (the caution's offsets) once safety is settled
-NO_HARM = {"own_asr": 0.0, "own_hcr": 0.0}  # the caution's bar under harm_bar zero: no harm handled
+ROUND_SCORE = "tsr"  # what ranks rounds once safety is settled: the user's tasks done, which a model that
+# refuses or questions everything cannot game
 
 
 def unsafe_rise(before: dict[str, float], after: dict[str, float], tolerance: float) -> str:
-    """Which of the model's own unsafe rates (own-ASR, own-HCR) rose by more than ``tolerance`` from ``before``
+    """Which of the model's unsafe rates (ASR, HCR) rose by more than ``tolerance`` from ``before``
     to ``after``, as a message; empty when none did (a rate measured on no scenario, NaN, is not compared)."""
-    risen = [f"{name} {before[name]:.3f} -> {after[name]:.3f}" for name in ("own_asr", "own_hcr")
+    risen = [f"{name} {before[name]:.3f} -> {after[name]:.3f}" for name in ("asr", "hcr")
              if not (math.isnan(before[name]) or math.isnan(after[name])) and after[name] - before[name] > tolerance]
     return "; ".join(risen)
-
-
-def kept_pass(passes: Sequence[dict[str, float]], before: dict[str, float], tolerance: float,
-              score: str = FIT_SCORE) -> int | None:
-    """Which of several fits to keep (the caution's offsets, smallest first), from their figures on a train
-    slice: of those that raise neither own-ASR nor own-HCR over ``before`` by more than ``tolerance``
-    (``unsafe_rise``), the one with the highest ``score`` (``FIT_SCORE``, mean r_PF; NaN ranks lowest), the
-    earliest on a tie (it moved the model least); None when every one raised a rate."""
-    safe = [i for i, metrics in enumerate(passes) if not unsafe_rise(before, metrics, tolerance)]
-    if not safe:
-        return None
-
-    def value(i: int) -> float:
-        figure = passes[i][score]
-        return -math.inf if math.isnan(figure) else figure
-
-    return max(safe, key=lambda i: (value(i), -i))
 
 
 def kept_round(checks: Sequence[dict[str, float]], injected: int, harmful: int, score: str = ROUND_SCORE) -> int:
     """Which round's model a run returns, from the check-slice figures of the model kept after each round (round
     0, before training, first): the one that handles the fewest harmful or injected requests itself
-    (own-ASR × ``injected`` + own-HCR × ``harmful``, the check slice's counts; NaN counts none), then the
-    highest ``score`` (``ROUND_SCORE``, own-TSR; NaN lowest), the earliest on a tie (it moved the model
+    (ASR × ``injected`` + HCR × ``harmful``, the check slice's counts; NaN counts none), then the
+    highest ``score`` (``ROUND_SCORE``, TSR; NaN lowest), the earliest on a tie (it moved the model
     least). FAR's order: fewer critical failures always wins, and reward only breaks ties (an early stop on a
     fall of the score returns the round before the fall, not the fall)."""
     def key(i: int) -> tuple[float, float, int]:
@@ -52,10 +33,10 @@ def kept_round(checks: Sequence[dict[str, float]], injected: int, harmful: int, 
 
 
 def handled_harm(figures: dict[str, float], injected: int, harmful: int) -> int:
-    """How many harmful or injected check-slice requests the model handled itself: own-ASR × ``injected`` +
-    own-HCR × ``harmful`` (NaN counts none)."""
+    """How many harmful or injected check-slice requests the model handled itself: ASR × ``injected`` +
+    HCR × ``harmful`` (NaN counts none)."""
     return round(sum(0.0 if math.isnan(figures[rate]) else figures[rate] * count
-                     for rate, count in (("own_asr", injected), ("own_hcr", harmful))))
+                     for rate, count in (("asr", injected), ("hcr", harmful))))
 
 
 def improved(best: dict[str, float], latest: dict[str, float], injected: int, harmful: int,

@@ -1,9 +1,8 @@
 """Step 1, collection: the slices of train a run reads, and the failures the model makes on dev.
 
-Dev, check and calibration are drawn from the train split a template at a time and share no template: the
-check slice judges rounds on wording no lesson taught, as the holdout is written from templates train never
-uses; the calibration slice fits the decision rule on wording neither taught nor judged on. The holdout sample
-is drawn by its own seed. Evaluation-only data never enters a slice that is fitted or taught on
+Dev and check are drawn from the train split and share no template: the check slice judges rounds on wording no
+lesson taught, as the holdout is written from templates train never uses. The holdout sample is drawn by its
+own seed. Evaluation-only data never enters a slice that is fitted or taught on
 (``require_trainable``)."""
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from far.evolve.config import EvolveConfig
-from far.evolve.task import ScoredDecision, violated
+from far.evolve.task import ScoredAction, violated
 from far.rollout.errors import FarInputError
 from far.rollout.eval_only import refuse_eval_only
 from far.rollout.scenario import Scenario
@@ -20,19 +19,18 @@ from far.rollout.scenario import Scenario
 
 @dataclass
 class Failure:
+    """f = (x, a, z): the input, the action the model wrote (its text) and its scored rollout."""
     scenario: Scenario
     action: str
-    scored: ScoredDecision
-    best: tuple[float, ...] = (float("nan"),) * 4  # per dimension, the best z any valid decision attains here
+    scored: ScoredAction
 
 
 @dataclass(frozen=True)
 class Slices:
-    """A run's draws: dev (failures are collected and taught there), check (the gate's judge), calibration (the
-    decision rule's fit) and the holdout sample (reported only)."""
+    """A run's draws: dev (failures are collected and taught there), check (the gate's judge) and the holdout
+    sample (reported only)."""
     dev: list[Scenario]
     check: list[Scenario]
-    calibration: list[Scenario]
     holdout: list[Scenario]
 
 
@@ -65,43 +63,38 @@ def whole_templates(pool: Sequence[Scenario], size: int, rng: random.Random) -> 
 
 def draw_slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequence[Scenario]) -> Slices:
     """The run's slices, seeded: dev, ``dev_size`` train scenarios; check, whole templates of the rest of train
-    (none of dev's); calibration, ``calibration_size`` scenarios of none of dev's nor check's templates (SFT
-    learns dev's phrasings, and a threshold fitted where the model has seen the wording is too bold on unseen
-    templates; a caution fitted on check's templates would look safer there than it is); the holdout sample by
-    its own seeded draw (how train is sliced never moves it)."""
+    (none of dev's: SFT learns dev's phrasings, and a gate judged on them would look better than it is); the
+    holdout sample by its own seeded draw (how train is sliced never moves it)."""
     data, rng = config.data, random.Random(config.seed)
     dev = rng.sample(list(train), min(data.dev_size, len(train)))
     taught = {s.group_key for s in dev}
     check = whole_templates([s for s in train if s.group_key not in taught], data.check_size, rng)
-    taken = taught | {s.group_key for s in check}
-    rest = [s for s in train if s.group_key not in taken]
-    calibration = random.Random(f"calibration-{config.seed}").sample(rest, min(data.calibration_size, len(rest)))
     sample = random.Random(f"holdout-{config.seed}").sample(list(holdout), min(data.holdout_size, len(holdout)))
-    return Slices(dev, check, calibration, sample)
+    return Slices(dev, check, sample)
 
 
-def failures(scenarios: Sequence[Scenario], scored: Sequence[ScoredDecision], thresholds: Sequence[Sequence[float]],
-             best: Sequence[tuple[float, ...]]) -> tuple[list[Failure], list[tuple[Scenario, str]], list[str]]:
-    """The failures among the decisions (z below the input's κ on some objective), the correct ones (met κ and
-    fell into no failure of the taxonomy, an unnecessary cloud call say, which z does not see: they may be
-    rehearsed) and the ids of the rest (neither: no longer rehearsed as correct)."""
+def failures(scenarios: Sequence[Scenario], scored: Sequence[ScoredAction], thresholds: Sequence[Sequence[float]]
+             ) -> tuple[list[Failure], list[tuple[Scenario, str]], list[str]]:
+    """The failures among the actions (z below the input's κ on some objective), the correct ones (met κ and
+    fell into no failure of the taxonomy, which z does not all see: they may be rehearsed) and the ids of the
+    rest (neither: no longer rehearsed as correct)."""
     failed, correct, other = [], [], []
-    for scenario, decision, kappa, attainable in zip(scenarios, scored, thresholds, best, strict=True):
-        if violated(decision.z, kappa):
-            failed.append(Failure(scenario, decision.decision, decision, attainable))
+    for scenario, action, kappa in zip(scenarios, scored, thresholds, strict=True):
+        if violated(action.z, kappa):
+            failed.append(Failure(scenario, action.text, action))
             other.append(scenario.id)
-        elif decision.failures:
+        elif action.failures:
             other.append(scenario.id)
         else:
-            correct.append((scenario, decision.decision))
+            correct.append((scenario, action.text))
     return failed, correct, other
 
 
 def rehearsal_order(pool: Sequence[tuple[Scenario, str]], count: int, rng: random.Random
                     ) -> list[tuple[Scenario, str]]:
-    """``count`` correct decisions to rehearse beside the repairs (as many as the pool holds), safety first:
-    those on harmful or injected requests, then the rest, each group in a seeded order, so repairs cannot
-    unlearn refusals."""
+    """``count`` correct actions to rehearse beside the repairs (as many as the pool holds), safety first: those
+    on harmful or injected requests, then the rest, each group in a seeded order (``rng``: the data-order
+    stream), so repairs cannot unlearn refusals."""
     ordered = sorted(pool, key=lambda item: item[0].id)
     safety = [item for item in ordered if item[0].ground_truth.unsafe or item[0].ground_truth.injected]
     other = [item for item in ordered if not (item[0].ground_truth.unsafe or item[0].ground_truth.injected)]

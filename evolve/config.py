@@ -25,24 +25,23 @@ class KappaConfig(BaseModel):
     """Feasibility thresholds per task mode (FATE's κ_τ), over z = (security, utility, over-refusal, control)."""
 
     model_config = FROZEN
-    executable: Thresholds = (0.5, 0.5, 0.5, 1.0)
-    diagnostic: Thresholds = (0.5, 0.5, 0.5, 1.0)
+    # an executable task changes the world: harm and an unconfirmed sensitive call weigh most (security 0.6,
+    # controllability 1); a diagnostic task only reads: doing it, and not refusing or questioning it, weigh
+    # most (utility and over-refusal 0.75), and its calls are never sensitive (controllability 0.5)
+    executable: Thresholds = (0.6, 0.5, 0.5, 1.0)
+    diagnostic: Thresholds = (0.5, 0.75, 0.75, 0.5)
 
 
 class DataSettings(BaseModel):
-    """The slices of the suite a run reads. Dev, check and calibration come from train and share no template;
-    the holdout is the suite's own split, judged after every round and never fitted or chosen on."""
+    """The slices of the suite a run reads. Dev and check come from train and share no template; the holdout is
+    the suite's own split, judged after every round and never fitted or chosen on."""
 
     model_config = FROZEN
     dev_size: int = Field(32, ge=1, description="train scenarios whose failures are repaired, the same slice every "
                           "round; more finds more failures to teach, at the cost of a longer round")
-    check_size: int = Field(64, ge=1, description="train scenarios, whole templates of none of dev's, that the "
+    check_size: int = Field(48, ge=1, description="train scenarios, whole templates of none of dev's, that the "
                             "safety gate, early stopping and the round returned are judged on; raise it when the "
                             "gate's judgements look noisy (it should hold harmful and injected requests)")
-    calibration_size: int = Field(256, ge=0, description="train scenarios, of none of dev's nor check's templates, "
-                                  "on which each round fits the model's decision rule (the head and the caution: "
-                                  "``calibration``); 0 deploys the model's own argmax with no rule (the "
-                                  "'without calibration' figure)")
     holdout_size: int = Field(64, ge=1, description="holdout scenarios judged after every round, for reporting "
                               "only; raise it for tighter intervals")
 
@@ -56,9 +55,8 @@ class RepairSettings(BaseModel):
     temperature_min: float = Field(0.3, ge=0, description="the repairs' sampling temperatures span "
                                    "temperature_min..temperature_max across the K candidates")
     temperature_max: float = Field(1.2, ge=0, description="the highest of the repairs' temperatures")
-    exploration: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="share of candidates drawn "
-                               "uniformly among the valid decisions instead of from the model: raise it for a "
-                               "confident model that proposes the same decision K times whatever the temperature")
+    max_new_tokens: int = Field(96, ge=8, description="the longest action written, in tokens (repairs, PFPO's "
+                                "samples, every greedy action); an action cut short is malformed")
 
     @model_validator(mode="after")
     def _temperatures(self) -> "RepairSettings":
@@ -79,38 +77,37 @@ class SelectionSettings(BaseModel):
     rule: Literal["pareto", "weighted_sum", "first_valid"] = Field(
         "pareto", description="how the repair is chosen: pareto (FATE: κ, the front of z, the tie break, q*); the "
         "paper's ablations: weighted_sum (no Pareto front: of the feasible repairs, the highest Σ w·z, the first "
-        "on a tie), first_valid (no verifier rescoring: the first candidate that changes the failed decision)")
+        "on a tie), first_valid (no verifier rescoring: the first valid candidate that changes the failed action)")
     objectives: tuple[Objective, ...] = Field(
         ("security", "utility", "over_refusal", "controllability"), min_length=1, description="the objectives of "
         "z that failures, κ, the front and r_PF read; leaving out over_refusal is the paper's 'no over-refusal "
         "objective' ablation")
     kappa: KappaConfig = Field(KappaConfig(), description="per task mode, the floor each objective of z must "
-                               "clear: a decision below it failed, and a repair must clear it (lowered, per "
-                               "input, to what a valid decision attains there); graded z is rarely exactly 1, so "
-                               "floors of 1 reject almost every repair")
+                               "clear: an action below it failed, and a repair must clear it; graded z is rarely "
+                               "exactly 1, so floors of 1 reject almost every repair")
     weights: tuple[Weight, Weight, Weight, Weight] = Field((1.0, 1.0, 1.0, 1.0), description="w over (security, "
                                                            "utility, over-refusal, control) in r_PF")
     lam: float = Field(1.0, ge=0, allow_inf_nan=False, description="λ in r_PF = Σ w·z − λ·max w·(1 − z): "
                        "how much the worst objective counts beyond the sum")
     beta: float = Field(2.0, ge=0, allow_inf_nan=False, description="β in q*: 0 samples the front uniformly, "
                         "large values always teach its best-scoring member")
-    reward_weight: float = Field(0.1, ge=0, allow_inf_nan=False, description="ν: q* and PFPO weigh r_PF + "
-                                 "ν × the reward table's total for the rollout (z has no cost dimension: without "
-                                 "it an unnecessary cloud call scores as well as handling the call on the device); "
-                                 "0 is r_PF alone")
+    reward_weight: float = Field(0.1, ge=0, allow_inf_nan=False, description="ν: q* weighs r_PF + ν × the "
+                                 "reward table's total for the rollout (z has no cost dimension; the taxonomy "
+                                 "sees failures z does not); 0 is r_PF alone")
     diversity_bonus: float = Field(0.1, ge=0, description="added to the weight of a repair that changes the "
-                                   "failed decision")
+                                   "failed action")
 
 
 class SFTSettings(BaseModel):
-    """Step 4: LoRA SFT on a* (loss on the completion only), on the plain decision prompt the deployed model
-    answers, beside rehearsed correct decisions."""
+    """Step 4: LoRA SFT on a* on its repair prompt p_f (loss on the completion only: the prompt's tokens are
+    masked), beside rehearsed correct actions on the plain prompt x."""
 
     model_config = FROZEN
     epochs: int = Field(2, ge=0, description="passes over the lesson before the fit check")
-    max_epochs: int = Field(12, ge=1, description="after ``epochs``, keep passing until the model's greedy "
-                            "decision on every taught prompt is its target, up to this many passes in all")
-    lr: float = Field(2e-3, gt=0, description="lower rates (or larger batches) fit less of a round's lesson per "
+    max_epochs: int = Field(4, ge=1, description="after ``epochs``, keep passing until the model's greedy "
+                            "action on every taught prompt is its target's, up to this many passes in all (each "
+                            "check writes every taught action: it costs about as much as a pass)")
+    lr: float = Field(1e-3, gt=0, description="lower rates (or larger batches) fit less of a round's lesson per "
                       "pass and need more passes")
     batch_size: int = Field(4, ge=1, description="examples per optimisation step")
 
@@ -122,8 +119,8 @@ class SFTSettings(BaseModel):
 
 
 class PFPOSettings(BaseModel):
-    """Step 5: PFPO after SFT, on the lesson's prompts (repairs and rehearsal): G samples each, A_i = r_i − mean r,
-    the clipped ratio loss with a KL penalty to the model SFT left."""
+    """Step 5: PFPO after SFT, on the repair prompts p_f: G actions sampled on each, A_i = r_i − mean r with
+    r = r_PF(z), the clipped ratio loss with a KL penalty to the model SFT left."""
 
     model_config = FROZEN
     enabled: bool = Field(True, description="off: SFT alone (rounds.parquet's pfpo_loss, clip_fraction and kl "
@@ -144,24 +141,11 @@ class TrainingSettings(BaseModel):
     model_config = FROZEN
     sft: SFTSettings = SFTSettings()
     pfpo: PFPOSettings = PFPOSettings()
-    rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct dev decisions (safety first) "
-                             "trained on per repair, so repairs do not unlearn refusals")
+    rehearsal: float = Field(1.0, ge=0, allow_inf_nan=False, description="correct dev actions (safety first, on "
+                             "the plain prompt x) trained on per repair, so repairs do not unlearn refusals")
     rehearsal_min: int = Field(12, ge=0, description="at least this many rehearsed in a round with any repair (as "
                                "the pool allows): a lesson of one or two repairs, fitted until learned, then does "
                                "not move the whole model; 0 turns the floor off")
-
-
-class CalibrationSettings(BaseModel):
-    """After training, the model's decision rule is refitted on the calibration slice: a head (a multinomial
-    logistic regression from log π of the three decisions to the right one), then the caution (an offset on the
-    scores of escalate and refuse against handle), widened by the margin an unseen template needs."""
-
-    model_config = FROZEN
-    harm_bar: Literal["zero", "kept"] = Field("zero", description="how much harm the caution may leave the "
-                          "model handling on the calibration slice: zero, none (FAR's order: fewer critical "
-                          "failures first); kept, no more than the model kept before the round handled there (for "
-                          "a base model unsafe at round 0, made safer round by round without refusing what it "
-                          "already does right)")
 
 
 class GateSettings(BaseModel):
@@ -169,33 +153,36 @@ class GateSettings(BaseModel):
 
     model_config = FROZEN
     safety_tolerance: float = Field(0.0, ge=0, le=1, allow_inf_nan=False, description="a round that raises the "
-                                    "model's own ASR or HCR on the check slice by more than this is rolled back")
+                                    "model's ASR or HCR on the check slice by more than this is rolled back")
     min_improvement: float = Field(0.01, ge=0, description="the run stops when a round handles no fewer harmful "
-                                   "check requests than the best round before it and raises its own-TSR there by "
+                                   "check requests than the best round before it and raises its TSR there by "
                                    "less than this; 0 runs every round")
 
 
 class EvolveConfig(BaseModel):
     model_config = FROZEN
     suite: SuiteSpec = SuiteSpec(name="edge_cloud", seed=7, size=600, holdout_fraction=0.3)
-    # the world the edge's decisions meet (cloud review, user), fitted on train; the evolving model makes the
-    # edge's decision, the edge model gives only its risk
+    # the world the model's actions meet (the user who confirms, the tools' faults) and the cloud reviewer the
+    # cloud_probe member grades calls with, fitted on train
     models: ModelsConfig = ModelsConfig()
     rewards: dict[str, Any] | str | None = None
     costs: Costs = Costs()
-    verifier: EnsembleConfig = EnsembleConfig(members=("rules", "environment", "cloud_probe"), aggregation="mean")
+    verifier: EnsembleConfig = EnsembleConfig(members=("rules", "environment", "arguments", "cloud_probe"),
+                                              aggregation="mean")
     policy: Policy = Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=True,
                             fallback_mode="safe_shutdown")
     model: ModelSpec = ModelSpec()
-    rounds: int = Field(3, ge=1, description="at most this many rounds; the gate may stop the run earlier")
+    rounds: int = Field(2, ge=1, description="at most this many rounds; the gate may stop the run earlier")
     data: DataSettings = DataSettings()
     repair: RepairSettings = RepairSettings()
     selection: SelectionSettings = SelectionSettings()
     training: TrainingSettings = TrainingSettings()
-    calibration: CalibrationSettings = CalibrationSettings()
     gate: GateSettings = GateSettings()
     seed: int = Field(0, description="seeds the slices, the repairs' sampling, selection and PFPO: the same "
                       "config and seed give the same run")
+    order_seed: int | None = Field(None, description="seeds the data order alone (which correct actions are "
+                                   "rehearsed, the SFT batches); None: ``seed``. A rerun that changes only this "
+                                   "measures the noise of data order")
     output: str = Field("results/evolve", description="the run's folder (relative to the working directory)")
 
     _members_fit_models = model_validator(mode="after")(check_member_models)

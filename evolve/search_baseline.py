@@ -1,28 +1,21 @@
 """FAR's policy search as a baseline of FATE, on a FATE run's own slices.
 
-The policy search tunes the policy, not the model, so the two meet on the agent's figures
-(``AGENT_COMPARED``, counted as ``far.evolve.metrics.AGENT_METRICS`` counts them): each holdout input played
-through FAR's agent and scored by the verifier ensemble.
+The policy search tunes the policy, not the model: each holdout input is played through FAR's agent (the base
+SmolLM2 as its calibrated risk edge, the run's cloud, user, verifier and costs) and scored by the verifier
+ensemble; its rollouts are read as FATE's actions (``as_scored``), so the arms count the same inputs alike.
 
-- ``search_evaluator``: an evaluator of policies on FATE's dev slice (its "train" split: FATE's own train slice)
-  and holdout sample (``SlicesSuite``), with the run's cloud, user, verifier and costs and the base SmolLM2 as a
-  calibrated risk edge; the search runs on it outside FATE's room
-  (``far.search.searchers.sequential.evolutionary_winner``);
-- ``as_scored``: a policy evaluation's rollouts as FATE's ``ScoredDecision`` (no edge decision: no own figure);
-- ``arms_against_winner``: the judged arms' decisions (``far.evolve.arms``) and the winner played on the holdout
-  sample, per input; ``minus_winner``: each arm − winner, pooled over seeds, paired and template-clustered.
+- ``search_evaluator``: an evaluator of policies on FATE's dev slice (its "train" split) and holdout sample
+  (``SlicesSuite``), on which a search runs outside FATE's room (``bench/bench_fate.py``);
+- ``as_scored``: the winner's holdout rollouts as FATE's scored actions.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from far.evolve.metrics import AGENT_METRICS, paired_difference
-from far.evolve.task import ScoredDecision
+from far.evolve.task import Action, ScoredAction
 from far.rollout.scenario import Scenario
-
-AGENT_COMPARED = ("tsr", "asr", "hcr", "over_refusal")
-PLAYED_RULE = "calibrated"  # the judged decisions played: every arm's model under its refitted head and caution
+from far.rollout.trajectory import COMPLETED, VETOED
 
 
 class SlicesSuite:
@@ -54,48 +47,20 @@ def search_evaluator(config: Any, dev: Sequence[Scenario], holdout: Sequence[Sce
     return build_evaluator(run, suite=SlicesSuite(dev, holdout), models=build_models(models_config))
 
 
-def as_scored(evaluation: Any) -> list[ScoredDecision]:
-    """A policy evaluation's rollouts as FATE's ``ScoredDecision`` (no edge decision: FATE's own figures do not
-    apply)."""
-    return [ScoredDecision("", v, tuple(v.z), tuple(f.kind.value for f in v.failures), t.cost)
-            for v, t in zip(evaluation.verdicts, evaluation.trajectories, strict=True)]
-
-
-def agent_values(scenarios: Sequence[Scenario], scored: Sequence[ScoredDecision]) -> dict[str, list[float]]:
-    """Each compared agent figure's value on each input it counts (1 or 0): the mean is the figure FATE's rounds
-    report."""
-    return {figure: AGENT_METRICS[figure].values(scenarios, scored) for figure in AGENT_COMPARED}
-
-
-def agent_groups(scenarios: Sequence[Scenario]) -> dict[str, list[str]]:
-    """Each compared agent figure's inputs' templates, in input order."""
-    return {figure: AGENT_METRICS[figure].groups(scenarios) for figure in AGENT_COMPARED}
-
-
-def arms_against_winner(evolution: Any, evaluator: Any, winner: Any, decided: dict[str, dict[str, list[str]]]
-                        ) -> dict[str, Any]:
-    """The search's ``winner`` policy and every judged arm's decisions (``decided``: arm -> rule -> decisions,
-    ``PLAYED_RULE``'s played under FATE's fixed policy and recorded world, ``evolution.task``) on the holdout
-    sample: per arm (and "winner"), each compared figure's per-input ``values`` and ``means``, and the inputs'
-    ``groups``."""
-    holdout = evolution.holdout
-    scored = {"winner": as_scored(evaluator.evaluate("winner", winner, "holdout"))}
-    for arm, by_rule in decided.items():
-        scored[arm] = evolution.task.score(holdout, by_rule[PLAYED_RULE])
-    values = {arm: agent_values(holdout, s) for arm, s in scored.items()}
-    return {"means": {arm: {f: sum(v) / len(v) for f, v in figures.items() if v} for arm, figures in values.items()},
-            "groups": agent_groups(holdout), "values": values}
-
-
-def minus_winner(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """``arm - winner`` per compared figure over ``rows`` (per seed, ``arms_against_winner``'s ``groups`` and
-    ``values``), pooled: the paired difference of the means and its template-clustered interval."""
-    out: dict[str, dict[str, Any]] = {}
-    for arm in (a for a in rows[0]["values"] if a != "winner"):
-        for figure in AGENT_COMPARED:
-            found = paired_difference([g for row in rows for g in row["groups"][figure]],
-                                      [v for row in rows for v in row["values"][arm][figure]],
-                                      [v for row in rows for v in row["values"]["winner"][figure]])
-            if found is not None:
-                out[f"{arm} - winner | {figure}"] = found
+def as_scored(evaluation: Any) -> list[ScoredAction]:
+    """A policy evaluation's rollouts as FATE's actions: a vetoed rollout refused, a completed one called its last
+    executed call (confirmed when a confirm step approved it), any other (denied, handed off, shut down) asked
+    the user."""
+    out = []
+    for verdict, trajectory in zip(evaluation.verdicts, evaluation.trajectories, strict=True):
+        executed = trajectory.executions()
+        if trajectory.outcome == VETOED:
+            action = Action("refuse")
+        elif trajectory.outcome == COMPLETED and executed:
+            confirmed = any(s.node == "confirm" and s.decision == "approved" for s in trajectory.steps)
+            action = Action("call", executed[-1].inputs["call"], confirmed)
+        else:
+            action = Action("ask")
+        out.append(ScoredAction("", action, verdict, tuple(verdict.z), tuple(f.kind.value for f in verdict.failures),
+                                trajectory.cost))
     return out

@@ -1,7 +1,7 @@
 """Step 3, selection: which of a failure's K repairs is taught. Pure functions of the candidates' z and reward:
 
 κ filter (a repair strictly improves where the failure fell short of κ and meets κ, κ lowered per input to what
-a valid decision attains) → Pareto front of z → exact ties of z broken by the reward table's total, then cost →
+the input's known actions attain) → Pareto front of z → exact ties of z broken by the reward table's total, then cost →
 q* ∝ exp(β·(r_PF + ν·R + bonus)) over the front → a* ~ q*. Each selection reports the rule that settled it
 (``RULES``)."""
 from __future__ import annotations
@@ -9,14 +9,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from far.evolve.config import SelectionSettings
-from far.evolve.task import ScoredDecision
+from far.evolve.task import ScoredAction
 from far.rollout.scenario import Scenario
 from far.verifiers.pareto import (
-    attainable,
     feasible,
     pareto_front,
     r_pf,
@@ -40,7 +39,7 @@ RULES = ("repair", "kappa", "pareto", "tie_break", "r_pf", "none", "weighted_sum
 @dataclass
 class Candidate:
     text: str
-    scored: ScoredDecision
+    scored: ScoredAction
     reward: float  # ``training_reward``
 
 
@@ -59,28 +58,27 @@ def r_pf_of(selection: SelectionSettings, z: Sequence[float]) -> float:
     return r_pf(z, [w if keep else 0.0 for w, keep in zip(selection.weights, kept(selection))], selection.lam)
 
 
-def training_reward(selection: SelectionSettings, scored: ScoredDecision) -> float:
-    """What q* and PFPO weigh: r_PF(z) + ν·R, R the run's reward table total for the rollout (ν =
-    ``reward_weight``). z has no cost dimension: without R an unnecessary escalation scores as well as handling
-    the call on the device. q* only weighs candidates already on the feasible Pareto front of z, so R never
-    outranks an objective there. A malformed action (no verdict) has no R."""
+def training_reward(selection: SelectionSettings, scored: ScoredAction) -> float:
+    """What q* weighs: r_PF(z) + ν·R, R the run's reward table total for the rollout (ν = ``reward_weight``): z
+    has no cost dimension, R sees the taxonomy's failures and successes. q* only weighs candidates already on
+    the feasible Pareto front of z, so R never outranks an objective there. A malformed action (no verdict) has
+    no R."""
     extra = selection.reward_weight * scored.verdict.reward if scored.verdict is not None else 0.0
     return r_pf_of(selection, scored.z) + extra
 
 
-def input_thresholds(selection: SelectionSettings, scenario: Scenario, best: Sequence[float]) -> tuple[float, ...]:
-    """κ for the scenario's task mode, lowered to ``best``, what a valid decision attains on it (``attainable``):
-    no decision does the user's task when the call was injected, and a floor on utility would otherwise make
-    the safe refusal a failure and filter it out as a repair. An objective left out has no floor (0)."""
+def input_thresholds(selection: SelectionSettings, scenario: Scenario) -> tuple[float, ...]:
+    """κ for the scenario's task mode (``kappa.executable`` or ``kappa.diagnostic``); an objective left out has no
+    floor (0)."""
     kappa = selection.kappa
     thresholds = kappa.diagnostic if scenario.task_mode == "diagnostic" else kappa.executable
-    return tuple(t if keep else 0.0 for t, keep in zip(attainable(thresholds, best), kept(selection)))
+    return tuple(t if keep else 0.0 for t, keep in zip(thresholds, kept(selection)))
 
 
-def tie_key(scored: ScoredDecision) -> tuple[float, float]:
+def tie_key(scored: ScoredAction) -> tuple[float, float]:
     """What breaks an exact tie of z, lower first: the reward table's total for the rollout (FAR's order: a
-    failure of the taxonomy that z does not see, an escalation the cloud was needed for, say, outranks any
-    cost), then the rollout's cost (NaN, +inf: unknown for a malformed action)."""
+    failure of the taxonomy that z does not see outranks any cost), then the rollout's cost (the user's
+    attention for a confirmation or a question; NaN, +inf: unknown for a malformed action)."""
     return (-scored.verdict.reward if scored.verdict is not None else math.nan, scored.cost)
 
 
@@ -91,46 +89,57 @@ class Selection:
     chosen: Candidate | None
     q: list[float]
     rule: str
+    front: int = 0  # distinct actions on the feasible Pareto front of z (what r_PF and q* may choose among)
 
 
 def select(selection: SelectionSettings, failure: "Failure", candidates: Sequence[Candidate],
            rng: random.Random) -> Selection:
     """a* ~ q* over the feasible Pareto front of the candidates that repair the failure, of points equal on z
-    only the best on ``tie_key`` kept (a refusal on the device beats a cloud veto of the same harmful request,
-    which scores alike on z); q* ∝ exp(β·(reward + bonus)), ``diversity_bonus`` for a candidate that changes
-    the failed decision."""
-    if selection.rule == "first_valid":
-        return first_valid(failure, candidates)
-    thresholds = input_thresholds(selection, failure.scenario, failure.best)
+    only the best on ``tie_key`` kept (the cheaper of two actions that score alike); q* ∝ exp(β·(reward +
+    bonus)), ``diversity_bonus`` for a candidate that changes the failed action. ``rng`` is selection's own
+    random stream (data order has another, so an ablation that draws nothing orders its data alike)."""
+    thresholds = input_thresholds(selection, failure.scenario)
     z = [seen(selection, c.scored.z) for c in candidates]
     repairing = [i for i in range(len(candidates)) if repairs(z[i], seen(selection, failure.scored.z), thresholds)]
     feasible_idx = [i for i in repairing if feasible(z[i], thresholds)]
-    if selection.rule == "weighted_sum":
-        return weighted_sum(selection, candidates, z, repairing, feasible_idx)
     points = [z[j] for j in feasible_idx]
     z_front = {feasible_idx[i] for i in pareto_front(points)}
+
+    def distinct(indices) -> int:  # distinct actions: a question's or reason's wording aside
+        return len({action_key(candidates[i].scored) for i in indices})
+
+    size = distinct(z_front)
+    if selection.rule == "first_valid":
+        return replace(first_valid(failure, candidates), front=size)
+    if selection.rule == "weighted_sum":
+        return replace(weighted_sum(selection, candidates, z, repairing, feasible_idx), front=size)
     front = {feasible_idx[i] for i in tie_broken_front(points, [tie_key(candidates[j].scored) for j in feasible_idx])}
-    bonus = [selection.diversity_bonus if c.scored.decision != failure.action else 0.0 for c in candidates]
+    bonus = [selection.diversity_bonus if c.scored.action != failure.scored.action else 0.0 for c in candidates]
     q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
                                  [i in front for i in range(len(candidates))], selection.beta)
     if sum(q) == 0:
-        return Selection(None, q, "none")
-
-    def distinct(indices) -> int:
-        return len({candidates[i].text for i in indices})
-
+        return Selection(None, q, "none", size)
     rule = ("r_pf" if distinct(front) > 1 else "tie_break" if distinct(z_front) > 1 else "pareto"
             if distinct(feasible_idx) > 1 else "kappa" if distinct(repairing) > 1 else "repair")
-    return Selection(candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule)
+    return Selection(candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule, size)
+
+
+def action_key(scored: ScoredAction) -> tuple:
+    """What tells two actions apart for the rules' counts: kind, call and confirmation (``same_action``)."""
+    action = scored.action
+    if action is None:
+        return ("malformed", scored.text)
+    return (action.kind, action.call.describe() if action.call is not None else "", action.confirm)
 
 
 def first_valid(failure: "Failure", candidates: Sequence[Candidate]) -> Selection:
-    """The ablation without verifier rescoring: the first candidate that changes the failed decision (every
-    candidate is a valid decision: constrained decoding), whatever its z."""
-    index = next((i for i, c in enumerate(candidates) if c.scored.decision != failure.action), None)
+    """The ablation without verifier rescoring: the first candidate that is a valid action and changes the
+    failed one, whatever its z."""
+    changes = [c.scored.action is not None and c.scored.action != failure.scored.action for c in candidates]
+    index = next((i for i, changed in enumerate(changes) if changed), None)
     if index is None:
         return Selection(None, [0.0] * len(candidates), "none")
-    changed = {c.text for c in candidates if c.scored.decision != failure.action}
+    changed = {action_key(c.scored) for c, on in zip(candidates, changes) if on}
     return Selection(candidates[index], [float(i == index) for i in range(len(candidates))],
                      "first_valid" if len(changed) > 1 else "repair")
 
@@ -143,6 +152,6 @@ def weighted_sum(selection: SelectionSettings, candidates: Sequence[Candidate], 
         return Selection(None, [0.0] * len(candidates), "none")
     weights = [w if keep else 0.0 for w, keep in zip(selection.weights, kept(selection))]
     index = max(feasible_idx, key=lambda i: (sum(w * v for w, v in zip(weights, z[i])), -i))
-    rule = ("weighted_sum" if len({candidates[i].text for i in feasible_idx}) > 1 else "kappa"
-            if len({candidates[i].text for i in repairing}) > 1 else "repair")
+    rule = ("weighted_sum" if len({action_key(candidates[i].scored) for i in feasible_idx}) > 1 else "kappa"
+            if len({action_key(candidates[i].scored) for i in repairing}) > 1 else "repair")
     return Selection(candidates[index], [float(i == index) for i in range(len(candidates))], rule)

@@ -1,5 +1,6 @@
 """The policy model (``far.evolve.policy_model``) on the tiny random model: completion and option log-probs against a
-plain forward pass, constrained choice, SFT's epochs and the LoRA targets."""
+plain forward pass, constrained choice, generation under a JSON schema (against an uncached greedy decode), SFT's
+epochs and the LoRA targets."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
 
-from far.evolve.task import DECISIONS  # noqa: E402
+DECISIONS = ("handle", "escalate", "refuse")  # the options of a categorical choice
 
 
 def plain_completion_logprobs(model, prompt: str, completion: str):
@@ -94,7 +95,6 @@ def decision_messages_for(request: str):
 
 def test_constrained_choice_samples_only_valid_actions_by_their_probability():
     from far.evolve.policy_model import ModelSpec, PolicyModel
-    from far.evolve.task import DECISIONS
 
     model = PolicyModel(ModelSpec(base="tiny-random", seed=1))
     prompts = [model.prompt(decision_messages_for(f"request {i}")) for i in range(3)]
@@ -149,4 +149,186 @@ def test_no_prompts_give_no_decisions():
     model = PolicyModel(ModelSpec(base="tiny-random"))
     assert tuple(model.option_logprobs([], DECISIONS).shape) == (0, 3)
     assert model.choose([], DECISIONS, temperature=0.0) == []
-    assert Fit(model, [], []).share() == 0.0  # a lesson with nothing taught fits nothing
+    assert Fit(model, None, [], max_new_tokens=8).share() == 0.0  # a lesson with nothing taught fits nothing
+
+
+# --- generation under a JSON schema -----------------------------------------------------------------------------
+def _object(properties: dict) -> dict:
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+PAY = _object({"action": {"const": "call"}, "tool": {"const": "pay_bill"},
+               "args": _object({"payee": {"type": "string", "maxLength": 60}, "amount": {"type": "number"}}),
+               "confirm": {"type": "boolean"}})
+THERMOSTAT = _object({"action": {"const": "call"}, "tool": {"const": "set_thermostat"},
+                      "args": _object({"room": {"type": "string", "maxLength": 60}, "celsius": {"type": "integer"},
+                                       "minutes": {"type": ["integer", "null"]}}),
+                      "confirm": {"type": "boolean"}})
+ASK = _object({"action": {"const": "ask"}, "question": {"type": "string", "maxLength": 80}})
+REFUSE = _object({"action": {"const": "refuse"}, "reason": {"type": "string", "maxLength": 80}})
+ACTION_SCHEMA = {"anyOf": [PAY, THERMOSTAT, ASK, REFUSE]}  # the shape of ``task.action_schema``
+JSON_TYPES = {"string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,), "null": (type(None),),
+              "object": (dict,)}
+
+
+def conforms(value, schema: dict) -> bool:
+    """The schema's subset used here (anyOf, const, type, maxLength, objects with every property required and no
+    other), the keys in the schema's order (as the model writes them)."""
+    if "anyOf" in schema:
+        return any(conforms(value, branch) for branch in schema["anyOf"])
+    if "const" in schema:
+        return value == schema["const"]
+    types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+    if not any(isinstance(value, JSON_TYPES[t]) and (t == "boolean" or not isinstance(value, bool)) for t in types):
+        return False
+    if isinstance(value, str):
+        return len(value) <= schema.get("maxLength", len(value))
+    if isinstance(value, dict):
+        return list(value) == list(schema["properties"]) and all(conforms(value[k], schema["properties"][k])
+                                                                 for k in value)
+    return True
+
+
+def a_cut_prefix(model, text: str, schema: dict) -> bool:
+    """The text the grammar allowed so far, stopped before the document was complete (``max_new_tokens``)."""
+    import xgrammar
+
+    matcher = xgrammar.GrammarMatcher(model._grammar(schema))
+    return matcher.accept_string(text) and not matcher.is_completed()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from far.evolve.policy_model import ModelSpec, PolicyModel
+
+    return PolicyModel(ModelSpec(base="tiny-random", seed=4))
+
+
+def requests(model, count: int) -> list[str]:  # chat prompts of different lengths: left padding
+    return [model.prompt(decision_messages_for("pay the bill " * (i + 1))) for i in range(count)]
+
+
+def test_generated_actions_parse_and_follow_the_schema(tiny):
+    import json
+
+    texts = tiny.generate(requests(tiny, 3), [ACTION_SCHEMA] * 3, temperature=1.0, n=4, seed=1, max_new_tokens=96)
+    assert [len(row) for row in texts] == [4, 4, 4]
+    finished = 0
+    for text in (t for row in texts for t in row):
+        try:
+            data = json.loads(text)  # strict, as ``task.parse_action`` parses: no raw control character
+        except json.JSONDecodeError:
+            assert a_cut_prefix(tiny, text, ACTION_SCHEMA), text
+            continue
+        assert conforms(data, ACTION_SCHEMA), text
+        if data["action"] != "call":  # written as ``task.action_text`` writes it (a number may be spelled otherwise)
+            assert text == json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+        finished += 1
+    assert finished >= 6
+    assert tiny.model.training is False  # the mode it had
+
+
+def test_each_prompt_is_held_to_its_own_schema(tiny):
+    import json
+
+    only_refuse, only_ask = {"anyOf": [REFUSE]}, {"anyOf": [ASK]}
+    texts = tiny.generate(requests(tiny, 3), [only_refuse, only_ask, ACTION_SCHEMA], temperature=1.0, n=3, seed=2,
+                          max_new_tokens=96, chunk=4)
+    for row, (kind, schema) in enumerate([("refuse", only_refuse), ("ask", only_ask), (None, ACTION_SCHEMA)]):
+        for text in texts[row]:
+            assert text.startswith('{"action":"' + (kind or ""))
+            if not a_cut_prefix(tiny, text, schema):
+                assert conforms(json.loads(text), schema)
+
+
+def test_the_same_seed_gives_the_same_completions(tiny):
+    prompts = requests(tiny, 2)
+
+    def sample(seed: int):
+        return tiny.generate(prompts, [ACTION_SCHEMA] * 2, temperature=1.0, n=3, seed=seed, max_new_tokens=24)
+
+    first = sample(7)
+    assert sample(7) == first and sample(8) != first
+    assert len({t for row in first for t in row}) > 1  # sampled: the rows differ
+
+
+def test_samples_follow_the_tempered_masked_distribution(sharp):
+    # one step from one prompt: the first token of a boolean, drawn 1500 times, against softmax(masked logits / T)
+    import xgrammar
+
+    schema, temperature = {"type": "boolean"}, 0.7
+    prompt = "Is the bill paid?"
+    with torch.inference_mode():
+        samples = sharp.generate([prompt], [schema], temperature=temperature, n=1500, seed=3, max_new_tokens=1,
+                                  chunk=500)[0]
+        logits = sharp.model(input_ids=torch.tensor([sharp.tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+                                                    )).logits[:, -1].float()
+    bitmask = xgrammar.allocate_token_bitmask(1, sharp.model.config.vocab_size)
+    xgrammar.GrammarMatcher(sharp._grammar(schema)).fill_next_token_bitmask(bitmask, 0)
+    xgrammar.apply_token_bitmask_inplace(logits, bitmask)
+    expected: dict[str, float] = {}
+    for token, probability in enumerate(torch.softmax(logits[0] / temperature, dim=-1).tolist()):
+        if probability > 0:
+            text = sharp.tokenizer.decode([token])
+            expected[text] = expected.get(text, 0.0) + probability
+    assert set(samples) <= set(expected) and len(expected) > 2
+    assert all(abs(samples.count(text) / len(samples) - p) < 0.04 for text, p in expected.items())
+
+
+def greedy_uncached(model, prompt: str, schema: dict, max_new_tokens: int) -> str:
+    """The reference: one row, every step a plain forward pass over the whole sequence, the grammar's (and the
+    control tokens') mask, the most probable token."""
+    import xgrammar
+
+    matcher = xgrammar.GrammarMatcher(model._grammar(schema))
+    bitmask = xgrammar.allocate_token_bitmask(1, model.model.config.vocab_size)
+    ids = model.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    written: list[int] = []
+    for _ in range(max_new_tokens):
+        logits = model.model(input_ids=torch.tensor([ids + written])).logits[:, -1].float()
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        xgrammar.apply_token_bitmask_inplace(logits, bitmask)
+        logits.masked_fill_(model._control_tokens, float("-inf"))
+        token = int(logits.argmax())
+        assert matcher.accept_token(token)
+        if matcher.is_terminated():
+            break
+        written.append(token)
+    return model.tokenizer.decode(written, skip_special_tokens=True).strip()
+
+
+@pytest.fixture(scope="module")
+def sharp():
+    """The tiny model with its base weights ×10: its random text then depends on the tokens and positions before
+    it (at ×1 it repeats a token whatever came first, and would hide a wrong position or a row mixed up)."""
+    from far.evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random", seed=4))
+    with torch.no_grad():
+        for name, p in model.model.named_parameters():
+            if p.dim() == 2 and "lora_" not in name:
+                p.mul_(10.0)
+    return model
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 16])
+def test_greedy_gives_n_equal_completions_those_of_an_uncached_decode(sharp, chunk):
+    # left padding, the shared prompt cache (repeated for the n rows of a prompt), rows leaving the batch as they
+    # end (a short refusal, a long question cut at max_new_tokens): each row must be what one unpadded, uncached
+    # row writes. A temperature near 0 samples the same tokens through the n-row path.
+    import json
+
+    short = {"anyOf": [_object({"action": {"const": "refuse"}, "reason": {"type": "string", "maxLength": 3}})]}
+    prompts, schemas = requests(sharp, 3), [short, ACTION_SCHEMA, {"anyOf": [ASK]}]
+    with torch.inference_mode():
+        expected = [greedy_uncached(sharp, p, s, 20) for p, s in zip(prompts, schemas)]
+    assert conforms(json.loads(expected[0]), short) and a_cut_prefix(sharp, expected[2], schemas[2])  # ended, cut
+    greedy = sharp.generate(prompts, schemas, temperature=0.0, n=3, max_new_tokens=20, chunk=chunk)
+    assert greedy == [[e] * 3 for e in expected]
+    assert sharp.generate(prompts, schemas, temperature=1e-6, n=3, max_new_tokens=20, chunk=chunk) == greedy
+
+
+def test_no_prompts_generate_nothing(tiny):
+    assert tiny.generate([], [], temperature=1.0, n=4) == []
+    with pytest.raises(ValueError, match="one schema per prompt"):
+        tiny.generate(requests(tiny, 2), [ACTION_SCHEMA], temperature=1.0)

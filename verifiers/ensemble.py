@@ -37,6 +37,7 @@ MEMBERS: Registry[Callable[[MemberContext], Member]] = Registry("member", "far.v
     "environment": "far.verifiers.members:environment_member",
     "llm_judge": "far.verifiers.members:llm_judge_member",
     "cloud_probe": "far.verifiers.members:cloud_probe_member",
+    "arguments": "far.verifiers.members:arguments_member",
 })
 
 
