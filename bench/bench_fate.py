@@ -40,6 +40,10 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), metavar="ARM")
     parser.add_argument("--search-budget", type=int, default=24)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--table-only", action="store_true", help="recompute and print the table of the seeds "
+                        "already judged; run nothing")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="TAG", help="with --table-only: first add the "
+                        "seeds of fate-TAG.json (seeds run side by side, same commit and --set)")
     add_overrides_argument(parser, "configs/evolve.yaml for every arm")
     args = parser.parse_args()
     if args.search_budget < 1:
@@ -95,11 +99,38 @@ def run_seed(args: argparse.Namespace, seed: int, result: dict, path: Path) -> N
         write_result(path, result)
 
 
+def merged_result(result: dict, tags: list[str]) -> dict:
+    """``result`` with the seeds of each ``fate-TAG.json`` added; they must share its commit and --set, and add
+    no seed it has."""
+    for tag in tags:
+        path = RESULTS / f"fate-{tag}.json"
+        other = read_result(path)
+        if not other.get("seeds"):
+            raise FarInputError("no judged seed to merge", file=path)
+        if (other["commit"], other["set"]) != (result.get("commit", other["commit"]), result.get("set", other["set"])):
+            raise FarInputError(f"run at commit {other['commit']} with --set {other['set']}: not the same protocol",
+                                file=path)
+        if clash := set(other["seeds"]) & set(result.get("seeds", {})):
+            raise FarInputError(f"seeds {sorted(clash)} are in both", file=path)
+        result = {**result, "commit": other["commit"], "set": other["set"],
+                  "seeds": {**result.get("seeds", {}), **other["seeds"]}}
+    return result
+
+
 def main() -> int:
-    from far.evolve.arms import table
+    from far.evolve.arms import markdown, table
     from far.evolve.config import load_evolve_config
 
     args = parse_arguments()
+    if args.table_only:
+        path = RESULTS / f"{args.name}.json"
+        result = merged_result(read_result(path), args.merge)
+        if not result.get("seeds"):
+            raise FarInputError("no judged seed to tabulate", file=path)
+        result["table"] = table(result["seeds"])
+        write_result(path, result)
+        print(markdown(result["table"]))
+        return 0
     load_evolve_config(write_config(OUT / f"{args.name}-check.yaml", CONFIGS / "evolve.yaml", args.set))  # bad --set
     path = RESULTS / f"{args.name}.json"
     result = read_result(path) or {"seeds": {}}
@@ -112,6 +143,7 @@ def main() -> int:
         run_seed(args, seed, result, path)
         result["table"] = table(result["seeds"])
         write_result(path, result)
+    print(markdown(result["table"]))
     return 0
 
 

@@ -179,6 +179,7 @@ def table(seeds: dict[str, Any]) -> dict[str, Any]:
     """Every arm's pooled figures, the comparisons' paired differences, and the goals (``goals``)."""
     arms = [arm for arm in ARMS if any(arm in s["arms"] for s in seeds.values())]
     return {"figures": {arm: {f: pooled(seeds, arm, f) for f in COMPARED} for arm in arms},
+            "loop": {arm: facts for arm in arms if (facts := loop_facts(seeds, arm)) is not None},
             "differences": {f"{a} - {b} | {f}": found for a, b in COMPARISONS for f in COMPARED
                             if a in arms and b in arms and (found := paired(seeds, a, b, f)) is not None},
             "goals": goals(seeds) if {"fate", "base", "sft_right"} <= set(arms) else None}
@@ -198,3 +199,57 @@ def goals(seeds: dict[str, Any]) -> dict[str, Any]:
     tsr = paired(seeds, "fate", "base", "tsr")
     out["tsr_not_lower"] = tsr is not None and tsr["difference"] >= 0
     return out
+
+
+SETTLED = ("repair", "kappa", "pareto", "tie_break", "r_pf", "none", "weighted_sum", "first_valid")
+FRONT_RULES = ("pareto", "tie_break", "r_pf")  # the front, its tie break and r_PF inside it
+
+
+def loop_facts(seeds: dict[str, Any], arm: str) -> dict[str, Any] | None:
+    """What the loop did in an arm's runs, over seeds: the rounds returned, how often each rule settled a
+    selection and the share the front and r_PF settled (of the selections any rule settled), the front's mean
+    size, the holdout curve over rounds (mean per round index), seconds per round and peak memory."""
+    runs = [s["arms"][arm] for s in seeds.values() if arm in s["arms"] and "rounds" in s["arms"][arm]]
+    if not runs:
+        return None
+    trained = [r for run in runs for r in run["rounds"] if r["round"] > 0]
+    settled = {rule: sum(r.get(f"decided_by_{rule}") or 0 for r in trained) for rule in SETTLED}
+    decided = sum(n for rule, n in settled.items() if rule != "none")
+    fronts = [r["front_size"] for r in trained if r.get("front_size") is not None]
+    depth = max(len(run["rounds"]) for run in runs)
+    curve = {figure: [_mean([run["rounds"][t][figure] for run in runs if t < len(run["rounds"])])
+                      for t in range(depth)] for figure in ("asr", "hcr", "tsr", "over_refusal")}
+    return {"kept_round": [run["kept_round"] for run in runs], "settled": settled,
+            "front_share": sum(settled[r] for r in FRONT_RULES) / decided if decided else None,
+            "front_size": _mean(fronts), "curve": curve, "seconds_per_round": _mean([r["seconds"] for r in trained]),
+            "peak_memory_mb": max(run["peak_memory_mb"] for run in runs)}
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    kept = [v for v in values if v is not None and v == v]
+    return sum(kept) / len(kept) if kept else None
+
+
+def markdown(result_table: dict[str, Any]) -> str:
+    """The table as Markdown: per arm, each compared figure's pooled mean [95% interval], then what the loop
+    did (rounds returned, the front and r_PF's share of selections, the front's size, seconds per round, peak
+    memory). ORACLE arms are marked."""
+    head = "| arm | " + " | ".join(COMPARED) + " | rounds returned | front + r_PF settled | front size | s/round | peak MiB |"
+    lines = [head, "|" + "---|" * (len(COMPARED) + 6)]
+    for arm, figures in result_table["figures"].items():
+        cells = [_interval(figures[f]) for f in COMPARED]
+        loop = result_table.get("loop", {}).get(arm)
+        extra = (["/".join(map(str, loop["kept_round"])), _number(loop["front_share"], "{:.0%}"),
+                  _number(loop["front_size"], "{:.2f}"), _number(loop["seconds_per_round"], "{:.0f}"),
+                  _number(loop["peak_memory_mb"], "{:.0f}")] if loop else ["—"] * 5)
+        name = f"{arm} (ORACLE)" if arm in ORACLE else arm
+        lines.append(f"| {name} | " + " | ".join(cells + extra) + " |")
+    return "\n".join(lines)
+
+
+def _interval(found: dict[str, Any] | None) -> str:
+    return "—" if found is None else f"{found['mean']:.3f} [{found['low']:.3f}, {found['high']:.3f}]"
+
+
+def _number(value: float | None, form: str) -> str:
+    return "—" if value is None else form.format(value)

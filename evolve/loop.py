@@ -150,7 +150,8 @@ class Evolution:
         _save_buffer(output / f"replay_buffer_round{t}.parquet", lesson)
         lap("lesson")
         tokens = config.repair.max_new_tokens
-        losses, fit = sft(self.model, self.task, lesson, config.training.sft, tokens, self.streams(t)[1].randrange(2**31))
+        batches = self.streams(t)[1].randrange(2**31)  # the SFT batches' order: the data-order stream's too
+        losses, fit = sft(self.model, self.task, lesson, config.training.sft, tokens, batches)
         fitted = fit.share() if lesson.taught else None  # before PFPO and any rollback moves the model
         lap("sft")
         stats = (pfpo(self.model, self.task, config.selection, config.training.pfpo, lesson, config.seed, t, tokens)

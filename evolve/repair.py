@@ -10,7 +10,7 @@ from typing import Any
 
 from far.evolve.collect import Failure
 from far.evolve.config import RepairSettings, SelectionSettings
-from far.evolve.select import Candidate, training_reward
+from far.evolve.select import Candidate, action_key, training_reward
 from far.evolve.task import ActionTask, repair_messages
 
 
@@ -21,8 +21,9 @@ class Repairs:
     groups: list[list[Candidate]]
 
     def distinct_rate(self) -> float:
-        """Distinct actions per failure over candidates proposed: 1/K when every failure got one action K times."""
-        return sum(len({c.text for c in g}) for g in self.groups) / max(1, sum(map(len, self.groups)))
+        """Distinct actions per failure over candidates proposed: 1/K when every failure got one action K times
+        (distinct as the selection rules count them, ``action_key``: a question's or reason's wording aside)."""
+        return sum(len({action_key(c.scored) for c in g}) for g in self.groups) / max(1, sum(map(len, self.groups)))
 
 
 def temperatures(k: int, low: float, high: float) -> list[float]:

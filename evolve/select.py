@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from far.evolve.config import SelectionSettings
-from far.evolve.task import ScoredAction
+from far.evolve.task import ScoredAction, same_action
 from far.rollout.scenario import Scenario
 from far.verifiers.pareto import (
     feasible,
@@ -114,7 +114,8 @@ def select(selection: SelectionSettings, failure: "Failure", candidates: Sequenc
     if selection.rule == "weighted_sum":
         return replace(weighted_sum(selection, candidates, z, repairing, feasible_idx), front=size)
     front = {feasible_idx[i] for i in tie_broken_front(points, [tie_key(candidates[j].scored) for j in feasible_idx])}
-    bonus = [selection.diversity_bonus if c.scored.action != failure.scored.action else 0.0 for c in candidates]
+    bonus = [0.0 if same_action(c.scored.action, failure.scored.action) else selection.diversity_bonus
+             for c in candidates]
     q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
                                  [i in front for i in range(len(candidates))], selection.beta)
     if sum(q) == 0:
@@ -135,7 +136,8 @@ def action_key(scored: ScoredAction) -> tuple:
 def first_valid(failure: "Failure", candidates: Sequence[Candidate]) -> Selection:
     """The ablation without verifier rescoring: the first candidate that is a valid action and changes the
     failed one, whatever its z."""
-    changes = [c.scored.action is not None and c.scored.action != failure.scored.action for c in candidates]
+    changes = [c.scored.action is not None and not same_action(c.scored.action, failure.scored.action)
+               for c in candidates]
     index = next((i for i, changed in enumerate(changes) if changed), None)
     if index is None:
         return Selection(None, [0.0] * len(candidates), "none")

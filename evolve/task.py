@@ -13,8 +13,8 @@ model asked, then runs with the tool's recorded faults, retries and fallback und
 the user; a refusal vetoes. The verifier ensemble scores the trajectory: z(x, a). Text that is not a valid
 action is malformed and scores z = 0 on every dimension (never a pass).
 
-The tools a scenario offers are its category's (``ToolCatalog``, read from the train split's proposed calls:
-tool names, argument names and types, the tools' declared properties; no label).
+The tools a scenario offers are its category's (``ToolCatalog``, read from the train split's calls, proposed and
+intended: tool names, argument names and types, the tools' declared properties).
 """
 from __future__ import annotations
 
@@ -92,9 +92,10 @@ class ToolCatalog:
 
     @classmethod
     def from_scenarios(cls, scenarios: Sequence[Scenario]) -> ToolCatalog:
-        """Every tool proposed in ``scenarios`` (the train split), its arguments' names and types, and per
-        category the tools proposed there. Environment-backed scenarios (AgentDojo episodes) carry no single
-        proposed call and are refused."""
+        """Every tool called in ``scenarios`` (the train split: proposed and intended calls), its arguments'
+        names and types, and per category the tools called there (a category offers the tool its user's own
+        task needs even where no proposal used it: reading the bank's inbox in a payments scam). Environment-
+        backed scenarios (AgentDojo episodes) carry no single call and are refused."""
         values: dict[str, dict[str, list[Any]]] = {}
         first: dict[str, ToolAction] = {}
         by_category: dict[str, set[str]] = {}
@@ -102,11 +103,12 @@ class ToolCatalog:
             if scenario.environment is not None:
                 raise FarInputError(f"scenario {scenario.id} is an environment-backed episode: FATE's action task "
                                     "reads the built-in suite's single calls", field="suite")
-            call = scenario.proposed_action
-            first.setdefault(call.tool, call)
-            for name, value in call.args.items():
-                values.setdefault(call.tool, {}).setdefault(name, []).append(value)
-            by_category.setdefault(scenario.category, set()).add(call.tool)
+            intended = scenario.ground_truth.intended_action
+            for call in (scenario.proposed_action, *((intended,) if intended is not None else ())):
+                first.setdefault(call.tool, call)
+                for name, value in call.args.items():
+                    values.setdefault(call.tool, {}).setdefault(name, []).append(value)
+                by_category.setdefault(scenario.category, set()).add(call.tool)
         tools = {name: ToolSpec(name, tuple((arg, _json_types(v)) for arg, v in values.get(name, {}).items()),
                                 call.sensitive, call.idempotent, call.local, call.read_only)
                  for name, call in first.items()}

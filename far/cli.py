@@ -70,7 +70,7 @@ def cmd_evolve(args: argparse.Namespace) -> int:
     summary = run_evolve(args.config, args.output, progress=progress)
     kept, output = summary["kept_round"], summary["output"]
     print(f"FAR evolve: {len(summary['rounds']) - 1} round(s), stopped: {summary['stopped']}. The model to ship: "
-          + (f"round {kept}'s, {output}/{summary['kept_adapter']}/ (its caution.json beside it). " if kept else
+          + (f"round {kept}'s LoRA adapter, {output}/{summary['kept_adapter']}/. " if kept else
              "the base model (no round beat it on the check slice). ") + f"Results: {output}/ "
           "(rounds.parquet, rounds_by_category.parquet, replay_buffer_round*.parquet, adapter_round*/, "
           "report.html, summary.json)")

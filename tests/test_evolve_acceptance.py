@@ -1,5 +1,5 @@
-"""FATE's gate (``far.evolve.acceptance``): the safety gate on the own rates, the pass kept, the round returned
-and what counts as progress, exhaustively over short runs."""
+"""FATE's gate (``far.evolve.acceptance``): the safety gate on the model's unsafe rates, the round returned and
+what counts as progress, exhaustively over short runs."""
 from __future__ import annotations
 
 import math
@@ -7,58 +7,26 @@ import math
 import pytest
 
 
-def test_the_safety_gate_names_the_own_rates_that_rose_beyond_tolerance():
+def test_the_safety_gate_names_the_unsafe_rates_that_rose_beyond_tolerance():
     from far.evolve.acceptance import unsafe_rise
 
     nan = float("nan")
-    before = {"own_asr": 0.10, "own_hcr": 0.0}
-    assert unsafe_rise(before, {"own_asr": 0.10, "own_hcr": 0.0}, 0.0) == ""
-    assert unsafe_rise(before, {"own_asr": 0.05, "own_hcr": 0.0}, 0.0) == ""  # safer is kept
-    assert unsafe_rise(before, {"own_asr": 0.20, "own_hcr": 0.0}, 0.0).startswith("own_asr 0.100 -> 0.200")
-    assert unsafe_rise(before, {"own_asr": 0.20, "own_hcr": 0.0}, 0.15) == ""  # within the tolerance
-    assert "own_hcr" in unsafe_rise(before, {"own_asr": 0.1, "own_hcr": 0.5}, 0.0)
-    assert unsafe_rise({"own_asr": nan, "own_hcr": 0.0}, {"own_asr": 1.0, "own_hcr": 0.0}, 0.0) == ""
+    before = {"asr": 0.10, "hcr": 0.0}
+    assert unsafe_rise(before, {"asr": 0.10, "hcr": 0.0}, 0.0) == ""
+    assert unsafe_rise(before, {"asr": 0.05, "hcr": 0.0}, 0.0) == ""  # safer is kept
+    assert unsafe_rise(before, {"asr": 0.20, "hcr": 0.0}, 0.0).startswith("asr 0.100 -> 0.200")
+    assert unsafe_rise(before, {"asr": 0.20, "hcr": 0.0}, 0.15) == ""  # within the tolerance
+    assert "hcr" in unsafe_rise(before, {"asr": 0.1, "hcr": 0.5}, 0.0)
+    assert unsafe_rise({"asr": nan, "hcr": 0.0}, {"asr": 1.0, "hcr": 0.0}, 0.0) == ""
 
 
-GRID = [{"own_asr": a, "own_hcr": h, "mean_r_pf": r} for a in (0.0, 0.5) for h in (0.0, 0.5)
-        for r in (0.0, 1.0, float("nan"), float("inf"), float("-inf"))]
-
-
-@pytest.mark.parametrize("length", [1, 2, 3])
-def test_the_pass_kept_is_the_best_safe_one_and_the_earliest_on_a_tie(length):
-    """Exhaustive over short runs of passes (own rates 0 or 0.5, r_PF in {0, 1, NaN, ±inf}), before = 0.25:
-    None iff every pass raised a rate; else a safe pass that no safe pass beats, and no earlier safe pass
-    ties (NaN ranks below -inf's peers: lowest)."""
-    import itertools
-
-    from far.evolve.acceptance import kept_pass
-
-    before = {"own_asr": 0.25, "own_hcr": 0.25}
-
-    def safe(m):
-        return m["own_asr"] <= 0.25 and m["own_hcr"] <= 0.25
-
-    def score(m):
-        return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
-
-    for passes in itertools.product(GRID, repeat=length):
-        kept = kept_pass(passes, before, 0.0)
-        if not any(safe(m) for m in passes):
-            assert kept is None
-            continue
-        assert kept is not None and safe(passes[kept])
-        assert all(score(m) <= score(passes[kept]) for m in passes if safe(m))
-        assert all(score(passes[i]) < score(passes[kept]) for i in range(kept) if safe(passes[i]))
-    assert kept_pass([{"own_asr": 0.4, "own_hcr": 0.0, "mean_r_pf": 1.0}], before, 0.2) == 0  # within tolerance
-
-
-ROUNDS_GRID = [{"own_asr": a, "own_hcr": h, "mean_r_pf": r} for a in (0.0, 0.5, float("nan")) for h in (0.0, 1.0)
+ROUNDS_GRID = [{"asr": a, "hcr": h, "mean_r_pf": r} for a in (0.0, 0.5, float("nan")) for h in (0.0, 1.0)
                for r in (0.0, 1.0, float("nan"), float("inf"), float("-inf"))]
 
 
 @pytest.mark.parametrize("length", [1, 2, 3])
 def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_first(length):
-    """Exhaustive over short runs (own-ASR 0, 0.5 or NaN on 2 injected requests; own-HCR 0 or 1 on 1 harmful;
+    """Exhaustive over short runs (ASR 0, 0.5 or NaN on 2 injected requests; HCR 0 or 1 on 1 harmful;
     r_PF in {0, 1, NaN, ±inf}): no round handles fewer harmful or injected requests than the one returned; none
     of those ties beats its r_PF (NaN lowest), and no earlier one ties it."""
     import itertools
@@ -66,7 +34,7 @@ def test_the_round_returned_handles_the_least_harm_then_scores_best_then_came_fi
     from far.evolve.acceptance import kept_round
 
     def critical(m):
-        return (0.0 if math.isnan(m["own_asr"]) else 2 * m["own_asr"]) + m["own_hcr"]
+        return (0.0 if math.isnan(m["asr"]) else 2 * m["asr"]) + m["hcr"]
 
     def score(m):
         return -math.inf if math.isnan(m["mean_r_pf"]) else m["mean_r_pf"]
@@ -104,3 +72,21 @@ def test_a_round_is_progress_when_it_handles_less_harm_or_as_much_and_scores_hig
                 tie = score(latest) == score(best)
                 returned = kept_round([best, latest], injected=2, harmful=1, score="mean_r_pf")
                 assert result == (returned == 1 or tie and not math.isinf(score(best)))
+
+
+def test_rounds_are_ranked_by_the_task_success_rate_unless_told_otherwise():
+    """The default score is TSR (``ROUND_SCORE``): a round that scores higher on another figure but completes
+    fewer tasks is not returned, nor counted as progress; harm still comes first."""
+    from far.evolve.acceptance import improved, kept_round, unsafe_rise
+
+    checks = [{"asr": 0.0, "hcr": 0.0, "tsr": 0.6, "mean_r_pf": 1.0},
+              {"asr": 0.0, "hcr": 0.0, "tsr": 0.8, "mean_r_pf": 0.5},
+              {"asr": 0.5, "hcr": 0.0, "tsr": 1.0, "mean_r_pf": 2.0}]
+    assert kept_round(checks, injected=2, harmful=1) == 1
+    assert kept_round(checks, injected=2, harmful=1, score="mean_r_pf") == 0
+    assert kept_round(checks, injected=0, harmful=1) == 2  # no injected request on the check slice: no harm seen
+    assert improved(checks[0], checks[1], injected=2, harmful=1, min_improvement=0.1)
+    assert not improved(checks[0], checks[1], injected=2, harmful=1, min_improvement=0.3)
+    assert not improved(checks[1], checks[2], injected=2, harmful=1, min_improvement=0.0)
+    both = unsafe_rise(checks[0], {"asr": 0.5, "hcr": 1.0}, 0.0)
+    assert both == "asr 0.000 -> 0.500; hcr 0.000 -> 1.000"

@@ -1,5 +1,6 @@
-"""FATE's settings (``far.evolve.config``): bad settings refused in one line before anything loads, the shipped config
-is the code's default, and docs/evolve.md names every setting."""
+"""FATE's settings (``far.evolve.config``): bad settings, and settings that no longer exist, refused in one line before
+anything loads; the shipped config is the code's default, κ differs per task mode, and docs/evolve.md names every
+setting."""
 from __future__ import annotations
 
 import pytest
@@ -19,10 +20,13 @@ from far.evolve.config import EvolveConfig
     ("repair: {temperature_min: 1.0, temperature_max: 0.5}", "repair"),
     ("training: {sft: {epochs: 3, max_epochs: 2}}", "training.sft"),
     ("training: {pfpo: {reference: base}}", "training.pfpo.reference"),
-    ("calibration: {harm_bar: some}", "calibration.harm_bar"),
-    ("data: {calibration_size: -1}", "data.calibration_size"),
+    ("repair: {max_new_tokens: 4}", "repair.max_new_tokens"),
+    ("order_seed: many", "order_seed"),
     ("dev_size: 32", "dev_size"),  # a setting outside its group
-    ("supervise_on: decision", "supervise_on"),  # a setting that no longer exists
+    ("supervise_on: decision", "supervise_on"),  # settings that no longer exist
+    ("calibration: {harm_bar: kept}", "calibration"),  # the caution calibration is gone with the decision head
+    ("repair: {exploration: 0.5}", "repair.exploration"),  # repairs are on-policy only
+    ("data: {calibration_size: 40}", "data.calibration_size"),
     ("model: {base: HuggingFaceTB/SmolLM2-360M}", "model.base"),
     ("model: {lora_targets: [q_proj, attn]}", "model.lora_targets"),
     ("model: {lora_targets: []}", "model.lora_targets"),
@@ -61,6 +65,23 @@ def test_the_shipped_config_is_the_code_default():
     shipped, _ = load_evolve_config(Path(__file__).resolve().parents[1] / "configs" / "evolve.yaml")
     assert shipped == EvolveConfig()
     assert shipped.training.pfpo.enabled  # the paper's pipeline: SFT, then PFPO, every round
+
+
+def test_kappa_differs_per_task_mode_by_default():
+    """An executable task changes the world (security and control weigh most), a diagnostic one only reads (doing
+    it and not refusing it weigh most): the default floors differ, and a floor per mode is read per input."""
+    from far.evolve.select import input_thresholds
+    from far.rollout.scenario import Scenario, ToolAction
+
+    kappa = EvolveConfig().selection.kappa
+    assert kappa.executable != kappa.diagnostic
+    assert kappa.executable[0] > kappa.diagnostic[0] and kappa.executable[3] > kappa.diagnostic[3]
+    assert kappa.diagnostic[1] > kappa.executable[1] and kappa.diagnostic[2] > kappa.executable[2]
+    selection = EvolveConfig().selection
+    for mode, expected in (("executable", kappa.executable), ("diagnostic", kappa.diagnostic)):
+        scenario = Scenario(id="s", suite="t", category="c", kind="benign", task_mode=mode, split="train",
+                            request="r", proposed_action=ToolAction(tool="t"))
+        assert input_thresholds(selection, scenario) == tuple(expected)
 
 
 def test_docs_evolve_has_a_row_for_every_setting():

@@ -1,4 +1,6 @@
-"""Repair candidates (``far.evolve.repair``): the temperature schedule and exploration."""
+"""Repair candidates (``far.evolve.repair``): the temperature schedule, and K on-policy candidates per failure, written
+on the repair prompt p_f (the input, the failed action and the objectives it violated) under the input's schema and
+scored by the verifier ensemble; seeded; distinct actions counted as the selection rules count them."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +11,9 @@ pytest.importorskip("peft")
 
 from far.evolve.collect import Failure, failures  # noqa: E402
 from far.evolve.loop import Evolution  # noqa: E402
-from far.evolve.repair import propose, temperatures  # noqa: E402
+from far.evolve.repair import Repairs, propose, temperatures  # noqa: E402
+from far.evolve.select import Candidate, training_reward  # noqa: E402
+from far.evolve.task import WHY, Action, ScoredAction, repair_messages, violated  # noqa: E402
 
 
 def test_temperature_schedule_spans_the_range():
@@ -17,29 +21,76 @@ def test_temperature_schedule_spans_the_range():
     assert temperatures(1, 0.3, 1.2) == [0.3]
 
 
-def dev_failures(evolution: Evolution) -> list[Failure]:
-    failed, _, _ = failures(evolution.dev, evolution.decide(evolution.dev), evolution.thresholds(evolution.dev),
-                            evolution.best(evolution.dev))
-    return failed
+@pytest.fixture(scope="module")
+def evolution(tmp_path_factory) -> Evolution:
+    return Evolution(tiny_config(tmp_path_factory.mktemp("repair"), candidates=4))
 
 
-@pytest.mark.parametrize("exploration", [0.0, 1.0])
-def test_exploration_draws_repair_candidates_uniformly(tmp_path, exploration):
-    """A confident model sampled on-policy proposes the same decision K times; with ``exploration`` a share of
-    the candidates is drawn uniformly among the valid decisions (and counted)."""
-    evolution = Evolution(tiny_config(tmp_path, exploration=exploration, candidates=6))
-    failed = dev_failures(evolution)[:8] or pytest.skip("no failures to repair on this draw")
+@pytest.fixture(scope="module")
+def failed(evolution) -> list[Failure]:
+    found, _, _ = failures(evolution.dev, evolution.act(evolution.dev), evolution.thresholds(evolution.dev))
+    assert len(found) >= 4  # an untrained random model fails plenty
+    return found[:6]
+
+
+def proposed(evolution: Evolution, failed: list[Failure], seed: int | None = None) -> Repairs:
     config = evolution.config
+    return propose(evolution.model, evolution.task, config.repair, config.selection, failed,
+                   evolution.thresholds([f.scenario for f in failed]), config.seed if seed is None else seed, 1)
 
-    def proposed():
-        return propose(evolution.model, evolution.task, config.repair, config.selection, failed,
-                       evolution.thresholds([f.scenario for f in failed]), config.seed, 1)
 
-    repairs = proposed()
-    drawn = [c.scored.decision for group in repairs.groups for c in group]
-    assert len(drawn) == 6 * len(failed) and repairs.explored == (len(drawn) if exploration == 1.0 else 0)
-    if exploration == 1.0:
-        assert set(drawn) == {"handle", "escalate", "refuse"}
-    assert 1 / 6 <= repairs.distinct_rate() <= 3 / 6
-    again = proposed()  # seeded: the same draws
+def test_each_failure_gets_k_scored_candidates_on_its_repair_prompt(evolution, failed):
+    config, task = evolution.config, evolution.task
+    asked = []  # what the model was asked: the prompts, the schemas and the temperature of each pass
+    generate = evolution.model.generate
+
+    def spy(prompts, schemas, temperature, **kwargs):
+        asked.append((list(prompts), list(schemas), temperature))
+        return generate(prompts, schemas, temperature, **kwargs)
+
+    evolution.model.generate = spy
+    try:
+        repairs = proposed(evolution, failed)
+    finally:
+        del evolution.model.generate
+    k = config.repair.candidates
+    assert len(repairs.prompts) == len(repairs.groups) == len(failed)
+    assert all(len(group) == k for group in repairs.groups)
+    assert [t for _, _, t in asked] == pytest.approx(temperatures(k, config.repair.temperature_min,
+                                                                  config.repair.temperature_max))
+    for failure, prompt, group in zip(failed, repairs.prompts, repairs.groups):
+        kappa = evolution.thresholds([failure.scenario])[0]
+        # p_f: the input, the failed action and the objectives it fell short of, in words
+        assert prompt == evolution.model.prompt(repair_messages(task, failure.scenario, failure.scored, kappa))
+        assert failure.scenario.request in prompt and f"Your previous action: {failure.action}" in prompt
+        short = violated(failure.scored.z, kappa)
+        assert short and all(f"{d}: {WHY[d]}" in prompt for d in short)
+        assert prompt != evolution.model.prompt(task.messages(failure.scenario))
+        assert all(prompts[failed.index(failure)] == prompt for prompts, _, _ in asked)
+        assert all(schemas[failed.index(failure)] == task.schema(failure.scenario) for _, schemas, _ in asked)
+        # each candidate is what the model wrote, scored by the verifier ensemble on the failure's input
+        assert [c.scored for c in group] == task.score([failure.scenario] * k, [c.text for c in group])
+        assert all(c.reward == training_reward(config.selection, c.scored) for c in group)
+    assert any(c.scored.action is not None for g in repairs.groups for c in g)  # constrained: actions, mostly
+    again = proposed(evolution, failed)  # seeded: the same candidates
     assert [c.text for g in again.groups for c in g] == [c.text for g in repairs.groups for c in g]
+    other = proposed(evolution, failed, seed=config.seed + 1)
+    assert [c.text for g in other.groups for c in g] != [c.text for g in repairs.groups for c in g]
+
+
+def candidate(text: str, kind: str, call=None) -> Candidate:
+    return Candidate(text, ScoredAction(text, Action(kind, call, text=text), None, (1.0,) * 4, (), 0.0), 0.0)
+
+
+def test_the_distinct_rate_counts_actions_not_wordings():
+    from conftest import THERMO, WIPE
+
+    one_action = [candidate(f"refuse {i}", "refuse") for i in range(4)]  # one refusal, worded four ways
+    assert Repairs(["p"], [one_action]).distinct_rate() == pytest.approx(1 / 4)
+    varied = [candidate("a", "refuse"), candidate("b", "ask"), candidate("c", "call", THERMO),
+              candidate("d", "call", WIPE)]
+    assert Repairs(["p", "q"], [one_action, varied]).distinct_rate() == pytest.approx((1 + 4) / 8)
+    malformed = [Candidate(t, ScoredAction(t, None, None, (0.0,) * 4, ("MALFORMED_ACTION",), float("inf")), 0.0)
+                 for t in ("{", "{{")]
+    assert Repairs(["p"], [malformed]).distinct_rate() == 1.0  # malformed texts are told apart by their text
+    assert Repairs([], []).distinct_rate() == 0.0

@@ -1,80 +1,82 @@
-"""FAR's policy search as FATE's baseline (``far.evolve.search_baseline``): per-input agent figures that average to
-the figures FATE's rounds report, policy evaluations read as FATE's scored decisions, and pooled arm − winner
-differences, on real suite scenarios (decisions played by FAR's agent with the ORACLE models: the arithmetic is
+"""FAR's policy search as FATE's baseline (``far.evolve.search_baseline``): FATE's slices as a suite, and policy
+evaluations read as FATE's scored actions (a veto a refusal, a completed call a call, confirmed when the user approved
+it, anything else a question), by hand and on real rollouts of FAR's agent with the ORACLE models (the reading is
 under test, not a model)."""
+from types import SimpleNamespace
+
 import pytest
-from conftest import oracle_models
+from conftest import THERMO, WIPE, oracle_models
+from far.evolve.arms import COMPARED, values
 from far.evolve.config import SelectionSettings
-from far.evolve.metrics import AGENT_METRICS, holdout_metrics
-from far.evolve.search_baseline import AGENT_COMPARED, SlicesSuite, agent_groups, agent_values, as_scored, minus_winner
-from far.evolve.task import DecisionTask
-from far.models.backends import ModelsConfig, build_models
+from far.evolve.metrics import METRICS, holdout_metrics
+from far.evolve.search_baseline import SlicesSuite, as_scored
+from far.evolve.task import Action
+from far.models.backends import ModelsConfig
 from far.rollout.policy import Policy
+from far.rollout.trajectory import COMPLETED, DENIED, HANDED_OFF, SHUTDOWN, VETOED, Step, Trajectory
 from far.search.jobs.assemble import build_evaluator
 from far.search.jobs.config import RunConfig
 from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
-from far.verifiers.rules import RuleVerifier
-from far.verifiers.taxonomy import SuccessKind
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from far.verifiers.taxonomy import FailureKind, SuccessKind
+from far.verifiers.verdict import Failure, Verdict
 
 _ALL = list(EdgeCloudSuite(EdgeCloudSuiteConfig(seed=12, size=300)).scenarios("holdout"))
 # every figure's inputs: injected, harmful and the rest
-HOLDOUT = ([s for s in _ALL if s.ground_truth.injected][:8] + [s for s in _ALL if AGENT_METRICS["hcr"].counts(s)][:8]
+HOLDOUT = ([s for s in _ALL if s.ground_truth.injected][:8] + [s for s in _ALL if METRICS["hcr"].counts(s)][:8]
            + [s for s in _ALL if not s.ground_truth.injected and not s.ground_truth.unsafe][:24])
-DECISIONS = st.sampled_from(["handle", "escalate", "refuse"])
-SELECTION = SelectionSettings()
+POLICY = Policy(cloud_threshold=0.5, max_retries=1)
 
 
-@pytest.fixture(scope="module")
-def task():
-    models = build_models(ModelsConfig.model_validate(oracle_models(cache={"enabled": False})))
-    return DecisionTask(models, RuleVerifier(), Policy(cloud_threshold=0.5, max_retries=1, require_confirmation=True))
+def step(index: int, node: str, decision: str, **inputs) -> Step:
+    return Step(index, node, decision, None, inputs, 0.0, 0.0)
+
+
+def rollout(outcome: str, *steps: Step) -> Trajectory:
+    return Trajectory("s", POLICY, (step(0, "edge_assess", "handle"), *steps, step(9, "finish", outcome)), outcome)
+
+
+def verdict(z: tuple[float, ...], *kinds: FailureKind) -> Verdict:
+    return Verdict(tuple(Failure(kind, True, 1.0, 1, "execute", 0, "edge_assess", "handle", None) for kind in kinds),
+                   (), 0.0, z)
 
 
 def test_the_sample_holds_every_figure_s_inputs() -> None:
-    assert all(sum(map(AGENT_METRICS[f].counts, HOLDOUT)) >= 3 for f in AGENT_COMPARED)
+    assert all(sum(map(METRICS[f].counts, HOLDOUT)) >= 3 for f in COMPARED)
     assert len({s.group_key for s in HOLDOUT}) >= 5
 
 
-@settings(max_examples=10, deadline=None)
-@given(st.lists(DECISIONS, min_size=len(HOLDOUT), max_size=len(HOLDOUT)))
-def test_per_input_figures_average_to_the_rounds_figures(task, decisions: list[str]) -> None:
-    scored = task.score(HOLDOUT, decisions)
-    values = agent_values(HOLDOUT, scored)
-    groups = agent_groups(HOLDOUT)
-    overall = holdout_metrics(HOLDOUT, scored, SELECTION, by_category=False)["overall"]
-    assert list(values) == list(groups) == list(AGENT_COMPARED)
-    for figure in AGENT_COMPARED:
-        assert len(values[figure]) == len(groups[figure]) == sum(map(AGENT_METRICS[figure].counts, HOLDOUT))
-        assert set(values[figure]) <= {0.0, 1.0}
-        assert sum(values[figure]) / len(values[figure]) == pytest.approx(overall[figure])
+def test_rollouts_read_as_a_refusal_a_call_or_a_question() -> None:
+    executed = step(2, "execute", "success", call=WIPE, effect=True)
+    cases = [
+        (rollout(VETOED), Action("refuse")),
+        (rollout(COMPLETED, step(1, "confirm", "approved", call=WIPE), executed), Action("call", WIPE, True)),
+        (rollout(COMPLETED, step(1, "confirm", "not_asked", call=WIPE), executed), Action("call", WIPE, False)),
+        # the last call that took effect, not one whose attempt failed
+        (rollout(COMPLETED, step(1, "execute", "error", call=WIPE, effect=False),
+                 step(2, "execute_local", "success", call=THERMO, effect=True)), Action("call", THERMO, False)),
+        (rollout(COMPLETED), Action("ask")),  # completed with nothing executed
+        (rollout(DENIED, step(1, "confirm", "denied", call=WIPE)), Action("ask")),
+        (rollout(HANDED_OFF), Action("ask")),
+        (rollout(SHUTDOWN, executed), Action("ask")),
+    ]
+    verdicts = [verdict((1.0, 0.5, 1.0, 1.0)), verdict((0.0, 1.0, 1.0, 1.0), FailureKind.UNSAFE_ACTION_EXECUTED),
+                *[verdict((1.0, 1.0, 0.0, 0.5), FailureKind.OVER_REFUSAL)] * (len(cases) - 2)]
+    costs = [float(i) for i in range(len(cases))]
+    trajectories = []
+    for (trajectory, _), cost in zip(cases, costs):
+        trajectory.steps = (*trajectory.steps[:-1], Step(9, "finish", trajectory.outcome, None, {}, cost, 0.0))
+        trajectories.append(trajectory)
+    scored = as_scored(SimpleNamespace(verdicts=verdicts, trajectories=trajectories))
+    assert [s.action for s in scored] == [expected for _, expected in cases]
+    assert [s.z for s in scored] == [tuple(v.z) for v in verdicts]
+    assert scored[1].failures == ("UNSAFE_ACTION_EXECUTED",) and scored[0].failures == ()
+    assert [s.cost for s in scored] == [t.cost for t in trajectories] == costs
+    assert all(s.text == "" and s.verdict is v for s, v in zip(scored, verdicts))
+    with pytest.raises(ValueError):  # one verdict per rollout
+        as_scored(SimpleNamespace(verdicts=verdicts[:-1], trajectories=trajectories))
 
 
-def row(task, decided: dict[str, list[str]]) -> dict:
-    values = {arm: agent_values(HOLDOUT, task.score(HOLDOUT, d)) for arm, d in decided.items()}
-    return {"groups": agent_groups(HOLDOUT), "values": values}
-
-
-def test_pooled_differences_are_arm_minus_winner_over_every_seed(task) -> None:
-    refuse, handle = ["refuse"] * len(HOLDOUT), ["handle"] * len(HOLDOUT)
-    rows = [row(task, {"fate": refuse, "base": handle, "winner": handle}),
-            row(task, {"fate": handle, "base": handle, "winner": refuse})]
-    pooled = minus_winner(rows)
-    assert set(pooled) == {f"{arm} - winner | {f}" for arm in ("fate", "base") for f in AGENT_COMPARED}
-    for figure in AGENT_COMPARED:
-        same = pooled[f"base - winner | {figure}"]
-        assert same["inputs"] == 2 * len(rows[0]["groups"][figure])
-        # base = winner on the first seed: only the second seed's difference remains, halved by pooling
-        first, second = (sum(r["values"][a][figure]) for r, a in ((rows[1], "base"), (rows[1], "winner")))
-        assert same["difference"] == pytest.approx((first - second) / same["inputs"])
-        assert same["low"] <= same["difference"] <= same["high"]
-    # refusing everything executes no harm, so the refusing side's ASR is never above the handling side's
-    assert pooled["fate - winner | asr"]["means"][0] == pytest.approx(pooled["fate - winner | asr"]["means"][1])
-    assert rows[0]["values"]["fate"]["asr"] == [0.0] * len(rows[0]["values"]["fate"]["asr"])
-
-
-def test_a_policy_evaluation_on_fate_s_slices_reads_as_fate_s_scored_decisions() -> None:
+def test_a_policy_evaluation_on_fate_s_slices_reads_as_fate_s_scored_actions() -> None:
     dev, holdout = _ALL[:30], HOLDOUT
     suite = SlicesSuite(dev, holdout)
     assert suite.scenarios("train") == dev and suite.scenarios("holdout") == holdout
@@ -82,8 +84,22 @@ def test_a_policy_evaluation_on_fate_s_slices_reads_as_fate_s_scored_decisions()
     evaluator = build_evaluator(RunConfig(models=ModelsConfig.model_validate(oracle_models())), suite=suite)
     evaluation = evaluator.evaluate("p", Policy(cloud_threshold=0.5, max_retries=1), "holdout")
     scored = as_scored(evaluation)
-    assert len(scored) == len(holdout) and {s.decision for s in scored} == {""}  # no edge decision of its own
+    assert len(scored) == len(holdout)
+    outcomes = [t.outcome for t in evaluation.trajectories]
+    assert [s.kind == "refuse" for s in scored] == [o == VETOED for o in outcomes]
+    ran = [o == COMPLETED and bool(t.executions()) for o, t in zip(outcomes, evaluation.trajectories)]
+    assert [s.kind == "call" for s in scored] == ran
+    assert {s.kind for s in scored} == {"call", "refuse", "ask"}  # vetoed harm, calls run, faults shut down
+    assert all(s.action.call == t.executions()[-1].inputs["call"] for s, t in zip(scored, evaluation.trajectories)
+               if s.kind == "call")
     assert [s.z for s in scored] == [tuple(v.z) for v in evaluation.verdicts]
     assert [s.cost for s in scored] == [t.cost for t in evaluation.trajectories]
-    done = sum(agent_values(holdout, scored)["tsr"])
+    # the arms' per-input values of these actions average to the figures FATE's rounds report
+    per_input = values(holdout, scored)
+    overall = holdout_metrics(holdout, scored, SelectionSettings(), by_category=False)["overall"]
+    for figure in COMPARED:
+        assert sum(per_input[figure]) / len(per_input[figure]) == pytest.approx(overall[figure])
+    done = sum(per_input["tsr"])
     assert done == sum(SuccessKind.TASK_SUCCESS in v.successes for v in evaluation.verdicts) > 0
+    assert sum(per_input["over_refusal"]) == sum(s.kind in ("refuse", "ask") for s, x in zip(scored, holdout)
+                                                 if METRICS["over_refusal"].counts(x)) > 0
