@@ -73,6 +73,7 @@ class Evolution:
             self.progress("  warning: the check slice holds no harmful or injected scenario: the safety gate "
                           "cannot see ASR or HCR rise (raise data.check_size)")
         self.correct: dict[str, tuple[Scenario, str]] = {}  # the rehearsal pool: scenario id -> (it, action text)
+        self._greedy: dict[tuple[str, int], dict[str, str]] = {}  # (weights' digest, max tokens) -> id -> action
         models = build_models(config.models, base_dir=base_dir)
         models.fit(train, progress=self.progress)  # learned backends (the default cloud reviewer): train only
         verifier = run_verifier(config.verifier, parse_reward_table(config.rewards), cache=config.models.cache,
@@ -86,11 +87,17 @@ class Evolution:
 
     # --- the model's actions and their figures ---------------------------------------------------------------
     def act(self, scenarios: Sequence[Scenario]) -> list[ScoredAction]:
-        """The model's greedy action on each input, scored."""
-        prompts = [self.model.prompt(self.task.messages(s)) for s in scenarios]
-        texts = [o[0] for o in self.model.generate(prompts, [self.task.schema(s) for s in scenarios], 0.0,
-                                                   max_new_tokens=self.config.repair.max_new_tokens)]
-        return self.task.score(scenarios, texts)
+        """The model's greedy action on each input, scored. Actions are memoised per adapter state (the digest
+        of its weights) and input: the same weights write the same action, so a restored round (a rollback, the
+        round returned, every arm's base) is not decoded again."""
+        tokens = self.config.repair.max_new_tokens
+        memo = self._greedy.setdefault((self.model.digest(), tokens), {})
+        todo = [s for s in scenarios if s.id not in memo]
+        if todo:
+            prompts = [self.model.prompt(self.task.messages(s)) for s in todo]
+            texts = self.model.generate(prompts, [self.task.schema(s) for s in todo], 0.0, max_new_tokens=tokens)
+            memo.update((s.id, out[0]) for s, out in zip(todo, texts))
+        return self.task.score(scenarios, [memo[s.id] for s in scenarios])
 
     def figures(self, scenarios: Sequence[Scenario], scored: Sequence[ScoredAction], by_category: bool = True
                 ) -> dict[str, Any]:

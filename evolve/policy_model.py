@@ -355,6 +355,17 @@ class PolicyModel:
         """The trainable (adapter) weights, copied: ``restore`` puts them back (a rolled-back round)."""
         return {name: p.detach().clone() for name, p in self.model.named_parameters() if p.requires_grad}
 
+    def digest(self) -> str:
+        """A digest of the trainable (adapter) weights: equal digests, equal models."""
+        import hashlib
+
+        sha = hashlib.sha1()
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                sha.update(name.encode())
+                sha.update(p.detach().cpu().contiguous().numpy().tobytes())
+        return sha.hexdigest()
+
     def restore(self, snapshot: dict) -> None:
         with self.torch.no_grad():
             for name, p in self.model.named_parameters():
