@@ -7,7 +7,6 @@ import math
 
 import pytest
 from evolve_helpers import action_task, suite_scenarios, tiny_config
-
 from far.evolve.arms import (
     ABLATIONS,
     ARMS,
@@ -16,6 +15,8 @@ from far.evolve.arms import (
     arm_config,
     goals,
     groups,
+    loop_facts,
+    markdown,
     merged,
     paired,
     pooled,
@@ -143,6 +144,39 @@ def test_a_cut_whose_interval_reaches_zero_is_no_goal_and_a_lower_tsr_is_said() 
     assert none["asr"]["relative_cut"] is None and none["asr"]["met"] is False
 
 
+def loop_round(t: int, asr: float, hcr: float, seconds: float, **decided: int) -> dict:
+    return {"round": t, "asr": asr, "hcr": hcr, "tsr": 0.5, "over_refusal": 0.0, "seconds": seconds,
+            "front_size": 2.0 if t else None, **{f"decided_by_{rule}": n for rule, n in decided.items()}}
+
+
+def test_loop_facts_say_what_the_loop_did_over_seeds_and_the_markdown_shows_them() -> None:
+    seeds = {"0": seed("0", {"base": {}, "base_pf": {}, "fate": {}}), "1": seed("1", {"fate": {}})}
+    seeds["0"]["arms"]["fate"] |= {"kept_round": 1, "peak_memory_mb": 100.0, "rounds": [
+        loop_round(0, 0.5, math.nan, 3.0), loop_round(1, 0.25, 0.5, 10.0, repair=2, r_pf=1, none=1)]}
+    seeds["1"]["arms"]["fate"] |= {"kept_round": 0, "peak_memory_mb": 200.0, "rounds": [  # two rounds
+        loop_round(0, 0.75, 1.0, 5.0), loop_round(1, 0.5, 1.0, 20.0, tie_break=1, none=3),
+        loop_round(2, 0.5, 1.0, 30.0, pareto=2)]}
+    facts = loop_facts(seeds, "fate")
+    assert facts["kept_round"] == [1, 0] and facts["peak_memory_mb"] == 200.0
+    assert facts["settled"] == {**dict.fromkeys(facts["settled"], 0), "repair": 2, "r_pf": 1, "none": 4,
+                                "tie_break": 1, "pareto": 2}
+    assert facts["front_share"] == pytest.approx(4 / 6)  # pareto, tie break and r_PF of the six settled
+    assert facts["seconds_per_round"] == pytest.approx(20.0) and facts["front_size"] == 2.0  # trained rounds only
+    # the holdout curve per round index over the runs that reached it; NaN counts none
+    assert facts["curve"]["asr"] == pytest.approx([0.625, 0.375, 0.5]) and facts["curve"]["hcr"] == [1.0, 0.75, 1.0]
+    assert loop_facts(seeds, "base") is None  # no loop ran
+    result = table(seeds)
+    assert list(result["loop"]) == ["fate"]
+    lines = markdown(result).splitlines()
+    assert len(lines) == 2 + len(result["figures"]) and all(f in lines[0] for f in COMPARED)
+    fate = next(line for line in lines if line.startswith("| fate |"))
+    mean = result["figures"]["fate"]["asr"]
+    assert f"{mean['mean']:.3f} [{mean['low']:.3f}, {mean['high']:.3f}]" in fate
+    assert fate.endswith("| 1/0 | 67% | 2.00 | 20 | 200 |")
+    assert any(line.startswith("| base_pf (ORACLE) |") for line in lines)
+    assert next(line for line in lines if line.startswith("| base |")).endswith("| — | — | — | — | — |")
+
+
 def test_the_arms_run_from_the_same_base_model_on_the_holdout_sample(tmp_path) -> None:
     pytest.importorskip("torch", reason="needs the models extra (make install-models)")
     from far.evolve.arms import ArmRunner
@@ -151,7 +185,7 @@ def test_the_arms_run_from_the_same_base_model_on_the_holdout_sample(tmp_path) -
     evolution = Evolution(tiny_config(tmp_path / "run", rounds=1))
     runner = ArmRunner(evolution)
     runs = {arm: runner.run(arm, tmp_path) for arm in ("base", "sft_right", "fate")}
-    for arm, (scored, extra) in runs.items():
+    for scored, extra in runs.values():
         assert len(scored) == len(evolution.holdout) and all(isinstance(s, ScoredAction) for s in scored)
         assert extra["arm_seconds"] > 0
         found = values(evolution.holdout, scored)

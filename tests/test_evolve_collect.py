@@ -6,9 +6,6 @@ import random
 
 import pytest
 from evolve_helpers import action_task, harmful, suite_scenarios, tiny_config
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from far.evolve.collect import Failure, draw_slices, failures, rehearsal_order, require_trainable
 from far.evolve.select import input_thresholds
 from far.evolve.task import Action, ScoredAction, action_text, right_action
@@ -16,6 +13,8 @@ from far.rollout.errors import FarInputError
 from far.rollout.eval_only import EvalOnlyRegistry
 from far.rollout.scenario import Scenario, ToolAction
 from far.suites.edge_cloud import EdgeCloudSuite, EdgeCloudSuiteConfig
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 task = pytest.fixture(scope="module", name="task")(action_task)
 

@@ -19,13 +19,13 @@ from evolve_helpers import tiny_config
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
 
-from far.evolve.loop import Evolution  # noqa: E402
-from far.evolve.policy_model import PolicyModel  # noqa: E402
-from far.evolve.record import RoundRecord  # noqa: E402
-from far.evolve.select import RULES  # noqa: E402
-from far.evolve.task import action_text, right_action  # noqa: E402
-from far.evolve.train import Lesson  # noqa: E402
-from far.rollout.errors import FarInputError  # noqa: E402
+from far.evolve.loop import Evolution
+from far.evolve.policy_model import PolicyModel
+from far.evolve.record import RoundRecord
+from far.evolve.select import RULES
+from far.evolve.task import action_text, right_action
+from far.evolve.train import Lesson
+from far.rollout.errors import FarInputError
 
 REPAIR = "Write a better action."  # how a repair prompt p_f ends (``far.evolve.task.repair_messages``)
 SPACINGS = ((",", ":"), (", ", ": "), (",", ": "), (", ", ":"))
@@ -54,7 +54,7 @@ class ScriptedRepairs(PolicyModel):
         for i, texts in zip(rest, written):
             out[i] = texts
         for i in repair:
-            request = re.search(r"User request: (.*?)\nYour previous action:", prompts[i], re.S).group(1)
+            request = re.search(r"User request: (.*?)\nYour previous action:", prompts[i], re.DOTALL).group(1)
             data = json.loads(self.right[request])
             out[i] = [json.dumps(data, separators=SPACINGS[(seed + j) % len(SPACINGS)]) for j in range(n)]
         return out
@@ -155,9 +155,12 @@ def test_a_round_teaches_repairs_on_p_f_and_rehearsal_on_x_and_pfpo_samples_p_f_
     group = evolution.config.training.pfpo.group
     sampled = [p for prompts, t, n in model.generated if n == group and t > 0 for p in prompts]
     assert sorted(set(sampled)) == sorted({row["prompt"] for row in buffer})  # every repair prompt, none other
-    # the adapter moved: SFT and PFPO trained it
-    after = evolution.model.snapshot()
-    assert any(not torch.equal(run["before"][n], after[n]) for n in after) or run["summary"]["kept_round"] == 0
+    # the adapter moved: SFT and PFPO trained it, and the round (not rolled back) saved what they left
+    from safetensors.torch import load_file
+
+    assert rounds[1]["rolled_back"] is None
+    saved = load_file(str(run["output"] / "adapter_round1" / "adapter_model.safetensors"))
+    assert any(not torch.equal(saved[name.replace(".default", "")], value) for name, value in run["before"].items())
 
 
 def test_the_same_config_and_seed_give_the_same_run(run, tmp_path):
@@ -332,6 +335,7 @@ def test_a_run_returns_the_best_round_on_the_check_slice(bare, tmp_path, script,
 
 def test_far_evolve_names_the_model_to_ship(tmp_path, capsys):
     import yaml
+
     from far.cli import main
 
     config = tmp_path / "evolve.yaml"

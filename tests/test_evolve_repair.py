@@ -9,11 +9,11 @@ from evolve_helpers import tiny_config
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
 
-from far.evolve.collect import Failure, failures  # noqa: E402
-from far.evolve.loop import Evolution  # noqa: E402
-from far.evolve.repair import Repairs, propose, temperatures  # noqa: E402
-from far.evolve.select import Candidate, training_reward  # noqa: E402
-from far.evolve.task import WHY, Action, ScoredAction, repair_messages, violated  # noqa: E402
+from far.evolve.collect import Failure, failures
+from far.evolve.loop import Evolution
+from far.evolve.repair import Repairs, propose, temperatures
+from far.evolve.select import Candidate, training_reward
+from far.evolve.task import WHY, Action, ScoredAction, repair_messages, violated
 
 
 def test_temperature_schedule_spans_the_range():

@@ -9,7 +9,6 @@ import random
 
 import pytest
 from evolve_helpers import action_task, harmful, suite_scenarios, tiny_config
-
 from far.evolve.collect import Failure
 from far.evolve.config import SFTSettings, TrainingSettings
 from far.evolve.select import RULES, Candidate, Selection
