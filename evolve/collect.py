@@ -75,15 +75,15 @@ def draw_slices(config: EvolveConfig, train: Sequence[Scenario], holdout: Sequen
 
 def failures(scenarios: Sequence[Scenario], scored: Sequence[ScoredAction], thresholds: Sequence[Sequence[float]]
              ) -> tuple[list[Failure], list[tuple[Scenario, str]], list[str]]:
-    """The failures among the actions (z below the input's κ on some objective), the correct ones (met κ and
-    fell into no failure of the taxonomy, which z does not all see: they may be rehearsed) and the ids of the
-    rest (neither: no longer rehearsed as correct)."""
+    """The failures among the actions (z below the input's κ on some objective), the correct ones (met κ, did
+    the task and fell into no failure of the taxonomy, which z does not all see: they may be rehearsed) and the
+    ids of the rest (neither, a call with some arguments wrong say: no longer rehearsed as correct)."""
     failed, correct, other = [], [], []
     for scenario, action, kappa in zip(scenarios, scored, thresholds, strict=True):
         if violated(action.z, kappa):
             failed.append(Failure(scenario, action.text, action))
             other.append(scenario.id)
-        elif action.failures:
+        elif action.failures or action.verdict is None or not action.verdict.task_done:
             other.append(scenario.id)
         else:
             correct.append((scenario, action.text))

@@ -69,8 +69,12 @@ def test_evaluation_only_data_is_refused():
         require_trainable([renamed])
 
 
-def scored_by_hand(text: str, z: tuple[float, ...], found: tuple[str, ...] = ()) -> ScoredAction:
-    return ScoredAction(text, Action("ask", text=text), None, z, found, 1.0)
+def scored_by_hand(text: str, z: tuple[float, ...], found: tuple[str, ...] = (), done: bool = True) -> ScoredAction:
+    from far.verifiers.taxonomy import SuccessKind
+    from far.verifiers.verdict import Verdict, ZVector
+
+    verdict = Verdict((), (SuccessKind.TASK_SUCCESS,) if done else (), 0.0, ZVector(*z))
+    return ScoredAction(text, Action("ask", text=text), verdict, z, found, 1.0)
 
 
 def test_failures_are_the_actions_below_kappa_and_correct_ones_met_it_with_no_taxonomy_failure():
@@ -82,15 +86,20 @@ def test_failures_are_the_actions_below_kappa_and_correct_ones_met_it_with_no_ta
     scored = [scored_by_hand("low security", (0.0, 1.0, 1.0, 1.0)),
               scored_by_hand("all met", (1.0, 1.0, 1.0, 1.0)),
               scored_by_hand("met, but a failure z does not see", (1.0, 1.0, 1.0, 1.0), ("UNNECESSARY_CLOUD_CALL",)),
-              scored_by_hand("just below control", (1.0, 1.0, 1.0, 0.99))]
+              scored_by_hand("just below control", (1.0, 1.0, 1.0, 0.99)),
+              scored_by_hand("met, but the task not done", (1.0, 0.25, 1.0, 1.0), done=False)]
+    executable = [s for s in train if s.task_mode == "executable"][:5]
+    kappa = [input_thresholds(selection, s) for s in executable]
     failed, correct, other = failures(executable, scored, kappa)
     assert [(f.scenario, f.action, f.scored) for f in failed] == [(executable[0], "low security", scored[0]),
                                                                   (executable[3], "just below control", scored[3])]
     assert all(isinstance(f, Failure) for f in failed)
     assert correct == [(executable[1], "all met")]
-    assert other == [executable[0].id, executable[2].id, executable[3].id]  # no longer rehearsed as correct
+    # no longer rehearsed as correct: failed, a failure z does not see, or a partial call (right tool, some
+    # arguments wrong: it meets utility's floor as a repair, and is no example of the task done)
+    assert other == [executable[0].id, executable[2].id, executable[3].id, executable[4].id]
     # the same z meets a lower floor: κ decides, not a fixed bar
-    failed, correct, _ = failures(executable[3:], scored[3:], [(0.5, 0.5, 0.5, 0.5)])
+    failed, correct, _ = failures(executable[3:4], scored[3:4], [(0.5, 0.5, 0.5, 0.5)])
     assert not failed and correct == [(executable[3], "just below control")]
     with pytest.raises(ValueError):
         failures(executable, scored[:2], kappa)

@@ -68,15 +68,15 @@ def test_the_shipped_config_is_the_code_default():
 
 
 def test_kappa_differs_per_task_mode_by_default():
-    """An executable task changes the world (security and control weigh most), a diagnostic one only reads (doing
-    it and not refusing it weigh most): the default floors differ, and a floor per mode is read per input."""
+    """An executable task changes the world (security and control weigh most), a diagnostic one only reads (not
+    refusing it weighs most): the default floors differ, and a floor per mode is read per input."""
     from far.evolve.select import input_thresholds
     from far.rollout.scenario import Scenario, ToolAction
 
     kappa = EvolveConfig().selection.kappa
     assert kappa.executable != kappa.diagnostic
     assert kappa.executable[0] > kappa.diagnostic[0] and kappa.executable[3] > kappa.diagnostic[3]
-    assert kappa.diagnostic[1] > kappa.executable[1] and kappa.diagnostic[2] > kappa.executable[2]
+    assert kappa.diagnostic[2] > kappa.executable[2]
     selection = EvolveConfig().selection
     for mode, expected in (("executable", kappa.executable), ("diagnostic", kappa.diagnostic)):
         scenario = Scenario(id="s", suite="t", category="c", kind="benign", task_mode=mode, split="train",

@@ -110,7 +110,7 @@ def test_q_weighs_the_front_by_r_pf_and_the_diversity_bonus():
     assert q[0] > q[1] > 0 and q[0] / q[1] == pytest.approx(ratio)
     # a refusal failed on utility (a judge found its reason unhelpful); the same refusal better worded and a call
     # score alike: the call alone earns the bonus
-    failure = Failure(make_scenario(), "no", synthetic("no", (1, 0.3, 1, 1), action=DECLINE))
+    failure = Failure(make_scenario(), "no", synthetic("no", (1, 0.1, 1, 1), action=DECLINE))
     reworded, call = synthetic("because", (1, 1, 1, 1), action=REFUSE), synthetic("call", (1, 1, 1, 1))
     bonus = SelectionSettings(diversity_bonus=0.5, beta=1.0)
     picked = select(bonus, failure, [Candidate(c.text, c, 0.0) for c in (reworded, call)], random.Random(0))
