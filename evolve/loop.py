@@ -171,7 +171,8 @@ class Evolution:
         fronts = lesson.front_sizes
         record = RoundRecord(
             round=t, holdout={}, check={}, seconds=0.0, failures=len(lesson.failures),
-            distinct_rate=lesson.distinct, buffer=len(lesson.taught), rehearsed=len(lesson.rehearsed),
+            distinct_rate=lesson.distinct, repairing=lesson.repairing, feasible=lesson.feasible,
+            buffer=len(lesson.taught), rehearsed=len(lesson.rehearsed),
             sft_loss=losses[-1] if losses else None,
             sft_epochs=config.training.sft.epochs + fit.extra if lesson.taught else None, sft_fit=fitted,
             **stats.means(), decided=lesson.decided, front_size=sum(fronts) / len(fronts) if fronts else None,
@@ -237,7 +238,8 @@ class Evolution:
         record.timed["holdout"] = time.perf_counter() - round_started - sum(record.timed.values())
         record.seconds = time.perf_counter() - round_started
         log.save(record, after)
-        self.progress(f"  round {t}: {len(lesson.failures)} failures, {len(lesson.taught)} repairs kept, "
+        self.progress(f"  round {t}: {len(lesson.failures)} failures, {lesson.repairing} candidates repair one "
+                      f"({lesson.feasible} meet κ), {len(lesson.taught)} repairs kept, "
                       f"decided by {_decided(lesson.decided)}; holdout {_line(after['overall'])} "
                       f"({record.seconds:.0f}s)")
         if record.rolled_back:  # the same dev slice would teach the same lesson again

@@ -20,6 +20,8 @@ class RoundRecord:
     seconds: float
     failures: int | None = None
     distinct_rate: float | None = None
+    repairing: int | None = None  # candidates, over every failure, that repair it
+    feasible: int | None = None  # of those, the candidates that meet κ (what the front may choose among)
     buffer: int | None = None  # repairs kept (taught)
     rehearsed: int | None = None
     sft_loss: float | None = None

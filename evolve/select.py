@@ -90,6 +90,8 @@ class Selection:
     q: list[float]
     rule: str
     front: int = 0  # distinct actions on the feasible Pareto front of z (what r_PF and q* may choose among)
+    repairing: int = 0  # candidates that repair the failure (``repairs``)
+    feasible: int = 0  # of those, the candidates that meet κ
 
 
 def select(selection: SelectionSettings, failure: "Failure", candidates: Sequence[Candidate],
@@ -108,21 +110,21 @@ def select(selection: SelectionSettings, failure: "Failure", candidates: Sequenc
     def distinct(indices) -> int:  # distinct actions: a question's or reason's wording aside
         return len({action_key(candidates[i].scored) for i in indices})
 
-    size = distinct(z_front)
+    counts = {"front": distinct(z_front), "repairing": len(repairing), "feasible": len(feasible_idx)}
     if selection.rule == "first_valid":
-        return replace(first_valid(failure, candidates), front=size)
+        return replace(first_valid(failure, candidates), **counts)
     if selection.rule == "weighted_sum":
-        return replace(weighted_sum(selection, candidates, z, repairing, feasible_idx), front=size)
+        return replace(weighted_sum(selection, candidates, z, repairing, feasible_idx), **counts)
     front = {feasible_idx[i] for i in tie_broken_front(points, [tie_key(candidates[j].scored) for j in feasible_idx])}
     bonus = [0.0 if same_action(c.scored.action, failure.scored.action) else selection.diversity_bonus
              for c in candidates]
     q = supervision_distribution([c.reward + b for c, b in zip(candidates, bonus)],
                                  [i in front for i in range(len(candidates))], selection.beta)
     if sum(q) == 0:
-        return Selection(None, q, "none", size)
+        return Selection(None, q, "none", **counts)
     rule = ("r_pf" if distinct(front) > 1 else "tie_break" if distinct(z_front) > 1 else "pareto"
             if distinct(feasible_idx) > 1 else "kappa" if distinct(repairing) > 1 else "repair")
-    return Selection(candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule, size)
+    return Selection(candidates[rng.choices(range(len(candidates)), weights=q)[0]], q, rule, **counts)
 
 
 def action_key(scored: ScoredAction) -> tuple:

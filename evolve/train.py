@@ -47,6 +47,8 @@ class Lesson:
     rehearsed: list[tuple[Scenario, str]]
     examples: list[Example]
     front_sizes: list[int]  # per failure, the feasible Pareto front's size (distinct actions)
+    repairing: int = 0  # candidates, over every failure, that repair it
+    feasible: int = 0  # of those, the candidates that meet κ
 
 
 def build_lesson(model: Any, task: ActionTask, failures: list[Failure], prompts: Sequence[str],
@@ -64,7 +66,8 @@ def build_lesson(model: Any, task: ActionTask, failures: list[Failure], prompts:
     examples += [Example(model.prompt(task.messages(s)), s, text) for s, text in rehearsed] if taught else []
     order.shuffle(examples)  # repairs and rehearsal mixed in every SFT batch
     return Lesson(failures, distinct, decided, taught, rehearsed if taught else [], examples,
-                  [s.front for s in selections])
+                  [s.front for s in selections], sum(s.repairing for s in selections),
+                  sum(s.feasible for s in selections))
 
 
 def rehearsal_count(settings: TrainingSettings, repairs: int) -> int:

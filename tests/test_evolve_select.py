@@ -67,34 +67,34 @@ REFUSE = Action("refuse", text="That would cause harm.")
 DECLINE = Action("refuse", text="No.")  # the same action, in other words
 
 
-@pytest.mark.parametrize("candidates, rule, front, taught", [
+@pytest.mark.parametrize("candidates, rule, counts, taught", [  # counts: front, repairing, feasible
     # one repairs the security failure; the failed action again repairs nothing
-    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("handle", (0, 1, 1, 1))], "repair", 1, {"refuse"}),
+    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("handle", (0, 1, 1, 1))], "repair", (1, 1, 1), {"refuse"}),
     # two repair it, one still below κ on security
-    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("ask", (0.3, 1, 1, 1))], "kappa", 1, {"refuse"}),
+    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("ask", (0.3, 1, 1, 1))], "kappa", (1, 2, 1), {"refuse"}),
     # both feasible, one dominated: the Pareto front settles it
-    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("ask", (0.9, 0.8, 1, 1))], "pareto", 1, {"refuse"}),
+    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("ask", (0.9, 0.8, 1, 1))], "pareto", (1, 2, 2), {"refuse"}),
     # equal on z: the reward table, then the cost, break the tie (the front of z held two)
-    ([synthetic("refuse", (1, 1, 1, 1), 5.0), synthetic("ask", (1, 1, 1, 1), 8.0)], "tie_break", 2, {"ask"}),
-    ([synthetic("refuse", (1, 1, 1, 1), 5.0, 2.0), synthetic("ask", (1, 1, 1, 1), 5.0, 1.0)], "tie_break", 2,
+    ([synthetic("refuse", (1, 1, 1, 1), 5.0), synthetic("ask", (1, 1, 1, 1), 8.0)], "tie_break", (2, 2, 2), {"ask"}),
+    ([synthetic("refuse", (1, 1, 1, 1), 5.0, 2.0), synthetic("ask", (1, 1, 1, 1), 5.0, 1.0)], "tie_break", (2, 2, 2),
      {"ask"}),
     # the reward before the cost: the cheaper one with the lower reward loses
-    ([synthetic("refuse", (1, 1, 1, 1), 5.0, 0.0), synthetic("ask", (1, 1, 1, 1), 8.0, 3.0)], "tie_break", 2,
+    ([synthetic("refuse", (1, 1, 1, 1), 5.0, 0.0), synthetic("ask", (1, 1, 1, 1), 8.0, 3.0)], "tie_break", (2, 2, 2),
      {"ask"}),
     # incomparable on z: q* weighs both
-    ([synthetic("refuse", (1, 0.6, 1, 1)), synthetic("ask", (0.8, 1, 1, 1))], "r_pf", 2, {"refuse", "ask"}),
+    ([synthetic("refuse", (1, 0.6, 1, 1)), synthetic("ask", (0.8, 1, 1, 1))], "r_pf", (2, 2, 2), {"refuse", "ask"}),
     # equal on z and on the tie key: q* weighs both
-    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("ask", (1, 1, 1, 1))], "r_pf", 2, {"refuse", "ask"}),
+    ([synthetic("refuse", (1, 1, 1, 1)), synthetic("ask", (1, 1, 1, 1))], "r_pf", (2, 2, 2), {"refuse", "ask"}),
     # two refusals in other words are one action: nothing to choose between, either wording taught
     ([synthetic("because", (1, 1, 1, 1), action=REFUSE), synthetic("no", (1, 1, 1, 1), action=DECLINE)],
-     "repair", 1, {"because", "no"}),
-    ([synthetic("handle", (0, 1, 1, 1))], "none", 0, set()),
+     "repair", (1, 2, 2), {"because", "no"}),
+    ([synthetic("handle", (0, 1, 1, 1))], "none", (0, 0, 0), set()),
 ])
-def test_each_selection_names_the_rule_that_settled_it_and_the_front(candidates, rule, front, taught):
+def test_each_selection_names_the_rule_that_settled_it_and_the_front(candidates, rule, counts, taught):
     """Synthetic z for a failed call of a harmful request, κ (0.6, 0.5, 0.5, 1)."""
     picks = run(SelectionSettings(diversity_bonus=0.0), failed_call(), candidates)
     assert {p.rule for p in picks} == {rule}
-    assert {p.front for p in picks} == {front}
+    assert {(p.front, p.repairing, p.feasible) for p in picks} == {counts}
     assert {p.chosen.text for p in picks if p.chosen is not None} == taught
     assert all(sum(p.q) == pytest.approx(1.0 if taught else 0.0) for p in picks)
 

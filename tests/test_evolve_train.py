@@ -41,7 +41,8 @@ def hand_made(task, count: int = 6):
     prompts = [Prompts().prompt(repair_messages(task, f.scenario, f.scored)) for f in failed]
     right = task.score(inputs, [action_text(right_action(s)) for s in inputs])
     selections = [Selection(None, [0.0], "none") if i % 3 == 2 else
-                  Selection(Candidate(r.text, r, 1.0), [1.0], "repair" if i % 2 else "r_pf", front=1 + i % 2)
+                  Selection(Candidate(r.text, r, 1.0), [1.0], "repair" if i % 2 else "r_pf", front=1 + i % 2,
+                            repairing=2 + i % 2, feasible=1 + i % 2)
                   for i, r in enumerate(right)]
     return failed, prompts, selections
 
@@ -58,6 +59,8 @@ def test_a_lesson_teaches_each_kept_repair_on_p_f_and_rehearsal_on_x(task):
     assert lesson.decided == {rule: sum(s.rule == rule for s in selections) for rule in RULES}
     assert sum(lesson.decided.values()) == len(failed) and lesson.decided["none"] == 2
     assert lesson.front_sizes == [s.front for s in selections] and lesson.distinct == 0.5
+    assert (lesson.repairing, lesson.feasible) == (sum(s.repairing for s in selections),
+                                                   sum(s.feasible for s in selections)) != (0, 0)
     expected = [(prompts[i], failed[i].scenario.id, selections[i].chosen.text) for i in kept]
     expected += [(Prompts().prompt(task.messages(s)), s.id, text) for s, text in pool]
     assert sorted((e.prompt, e.scenario.id, e.target) for e in lesson.examples) == sorted(expected)
