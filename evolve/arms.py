@@ -176,9 +176,11 @@ def paired(seeds: dict[str, Any], a: str, b: str, figure: str) -> dict[str, Any]
 
 
 def table(seeds: dict[str, Any]) -> dict[str, Any]:
-    """Every arm's pooled figures, the comparisons' paired differences, and the goals (``goals``)."""
+    """Every arm's training seeds and pooled figures, the comparisons' paired differences, and the goals
+    (``goals``)."""
     arms = [arm for arm in ARMS if any(arm in s["arms"] for s in seeds.values())]
-    return {"figures": {arm: {f: pooled(seeds, arm, f) for f in COMPARED} for arm in arms},
+    return {"seeds": {arm: [name for name, s in seeds.items() if arm in s["arms"]] for arm in arms},
+            "figures": {arm: {f: pooled(seeds, arm, f) for f in COMPARED} for arm in arms},
             "loop": {arm: facts for arm in arms if (facts := loop_facts(seeds, arm)) is not None},
             "differences": {f"{a} - {b} | {f}": found for a, b in COMPARISONS for f in COMPARED
                             if a in arms and b in arms and (found := paired(seeds, a, b, f)) is not None},
@@ -231,11 +233,12 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def markdown(result_table: dict[str, Any]) -> str:
-    """The table as Markdown: per arm, each compared figure's pooled mean [95% interval], then what the loop
-    did (rounds returned, the front and r_PF's share of selections, the front's size, seconds per round, peak
-    memory). ORACLE arms are marked."""
-    head = "| arm | " + " | ".join(COMPARED) + " | rounds returned | front + r_PF settled | front size | s/round | peak MiB |"
-    lines = [head, "|" + "---|" * (len(COMPARED) + 6)]
+    """The table as Markdown: per arm, the training seeds it ran, each compared figure's pooled mean [95%
+    interval], then what the loop did (rounds returned, the front and r_PF's share of selections, the front's
+    size, seconds per round, the process's peak memory so far). ORACLE arms are marked."""
+    head = ("| arm | seeds | " + " | ".join(COMPARED)
+            + " | rounds returned | front + r_PF settled | front size | s/round | peak MiB |")
+    lines = [head, "|" + "---|" * (len(COMPARED) + 7)]
     for arm, figures in result_table["figures"].items():
         cells = [_interval(figures[f]) for f in COMPARED]
         loop = result_table.get("loop", {}).get(arm)
@@ -243,7 +246,8 @@ def markdown(result_table: dict[str, Any]) -> str:
                   _number(loop["front_size"], "{:.2f}"), _number(loop["seconds_per_round"], "{:.0f}"),
                   _number(loop["peak_memory_mb"], "{:.0f}")] if loop else ["—"] * 5)
         name = f"{arm} (ORACLE)" if arm in ORACLE else arm
-        lines.append(f"| {name} | " + " | ".join(cells + extra) + " |")
+        seeds = "/".join(result_table.get("seeds", {}).get(arm, []))
+        lines.append(f"| {name} | {seeds} | " + " | ".join(cells + extra) + " |")
     return "\n".join(lines)
 
 

@@ -151,6 +151,24 @@ class RayNode:
             self.kill()
             raise RuntimeError(f"ray start failed: {started.stderr[-2000:]}")
 
+    def wait_for_nodes(self, count: int, env: dict[str, str], timeout: float = 120.0) -> None:
+        """Wait until this head's cluster has ``count`` alive nodes: ``ray start --address`` returns before the
+        head has registered the node, and a job started meanwhile sees the head alone."""
+        import subprocess
+        import sys
+        import time
+
+        probe = ("import ray; ray.init(address=%r, logging_level='ERROR'); "
+                 "print(sum(node['Alive'] for node in ray.nodes()))" % self.gcs)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            seen = subprocess.run([sys.executable, "-c", probe], env={**env, "RAY_AUTH_MODE": "token"},
+                                  capture_output=True, text=True, timeout=120).stdout.strip().splitlines()
+            if seen and seen[-1].isdigit() and int(seen[-1]) >= count:
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"the cluster did not reach {count} alive nodes in {timeout:.0f} s")
+
     def kill(self) -> int:
         """Kill this node's processes and their children (the node's workers, whose command lines do not name the
         temp dir) with SIGKILL: a node failure, not a shutdown. Returns how many."""

@@ -169,12 +169,12 @@ def test_loop_facts_say_what_the_loop_did_over_seeds_and_the_markdown_shows_them
     assert list(result["loop"]) == ["fate"]
     lines = markdown(result).splitlines()
     assert len(lines) == 2 + len(result["figures"]) and all(f in lines[0] for f in COMPARED)
-    fate = next(line for line in lines if line.startswith("| fate |"))
+    fate = next(line for line in lines if line.startswith("| fate | 0/1 |"))  # the seeds it ran
     mean = result["figures"]["fate"]["asr"]
     assert f"{mean['mean']:.3f} [{mean['low']:.3f}, {mean['high']:.3f}]" in fate
     assert fate.endswith("| 1/0 | 67% | 2.00 | 20 | 200 |")
     assert any(line.startswith("| base_pf (ORACLE) |") for line in lines)
-    assert next(line for line in lines if line.startswith("| base |")).endswith("| — | — | — | — | — |")
+    assert next(line for line in lines if line.startswith("| base | 0 |")).endswith("| — | — | — | — | — |")
 
 
 def test_the_arms_run_from_the_same_base_model_on_the_holdout_sample(tmp_path) -> None:

@@ -54,6 +54,7 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
     worker = None
     try:
         worker = RayNode(env, head_address=head.gcs)
+        head.wait_for_nodes(2, env)  # the pool places one actor per alive node: both nodes must be seen
         job_env = {**env, "RAY_AUTH_MODE": "token"}
 
         def submit(out: Path):
