@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import resource
-import subprocess
 import time
 from pathlib import Path
 
-from far.harness import add_overrides_argument, read_result, run, write_config, write_result
+from far.harness import add_overrides_argument, read_result, run, source_commit, write_config, write_result
 from far.rollout.errors import FarInputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,13 +49,6 @@ def parse_arguments() -> argparse.Namespace:
         parser.error(f"--search-budget {args.search_budget}: at least one evaluation")
     args.name = f"fate-{args.tag}" if args.tag else "fate"
     return args
-
-
-def commit() -> dict[str, object]:
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    return {"commit": head, "clean": not dirty}
 
 
 def winner(evolution, budget: int):
@@ -134,7 +126,7 @@ def main() -> int:
     load_evolve_config(write_config(OUT / f"{args.name}-check.yaml", CONFIGS / "evolve.yaml", args.set))  # bad --set
     path = RESULTS / f"{args.name}.json"
     result = read_result(path) or {"seeds": {}}
-    stamp = {**commit(), "set": args.set}
+    stamp = {**source_commit(ROOT), "set": args.set}
     if "commit" in result and (result["commit"], result["set"]) != (stamp["commit"], stamp["set"]):
         raise FarInputError(f"was run at commit {result['commit']} with --set {result['set']}: use another --tag",
                             file=path)

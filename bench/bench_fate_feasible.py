@@ -15,7 +15,7 @@ import random
 import time
 from pathlib import Path
 
-from far.harness import add_overrides_argument, run, write_config, write_result
+from far.harness import add_overrides_argument, run, source_commit, write_config, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "out"
@@ -74,7 +74,7 @@ def main() -> int:
     evolution = Evolution(config, base, progress=print)
     failed, _, _ = failures(evolution.dev, evolution.act(evolution.dev), evolution.thresholds(evolution.dev))
     print(f"{len(failed)} failures on {len(evolution.dev)} dev inputs; {args.candidates} candidates each", flush=True)
-    result = {"set": args.set, "k": args.candidates, "dev": len(evolution.dev), "failures": len(failed),
+    result = {**source_commit(ROOT), "set": args.set, "k": args.candidates, "dev": len(evolution.dev), "failures": len(failed),
               **candidates(evolution, failed, args.candidates), "oracle": ceiling(evolution, failed)}
     write_result(RESULTS / "fate-feasible.json", result)
     print({k: v for k, v in result.items() if k != "oracle"}, "ORACLE right action feasible on",

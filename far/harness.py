@@ -7,6 +7,7 @@
   follows, the cores this process may use, Python's and the main packages' versions;
 - result files (``read_result``, ``write_result``): JSON written atomically (``far.rollout.io.write_json_atomic``)
   and stamped with the machine, so a long run may rewrite its file after each part and keep what it measured;
+- the code a result was measured with (``source_commit``): the commit and whether the tree was clean;
 - ``run(main)``: a benchmark's entry point, where bad input (``FarInputError``) is one line naming the file or
   field, exit status 2, as the ``far`` command has it.
 """
@@ -94,6 +95,16 @@ def machine() -> dict[str, Any]:
     return {"cpu": info.get("model name") or platform.processor() or platform.machine(),
             "flags": sorted(flag for flag in info.get("flags", "").split() if flag.startswith(CPU_FLAGS)),
             "cores": usable_cores(), "cpus": os.cpu_count(), "versions": versions()}
+
+
+def source_commit(root: str | Path) -> dict[str, object]:
+    """The commit checked out at ``root`` and whether its tracked files are unchanged (``clean``)."""
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                           text=True).stdout.strip()
+    return {"commit": head, "clean": not dirty}
 
 
 def read_result(path: str | Path) -> dict[str, Any]:

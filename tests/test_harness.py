@@ -14,6 +14,7 @@ from far.harness import (
     machine,
     read_result,
     run,
+    source_commit,
     write_config,
     write_result,
 )
@@ -108,3 +109,20 @@ def test_run_turns_bad_input_into_one_line_and_exit_2(capsys) -> None:
         with pytest.raises(SystemExit) as exited:
             run(lambda status=status: status)
         assert exited.value.code == status
+
+
+def test_the_source_commit_names_head_and_whether_tracked_files_changed(tmp_path) -> None:
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("one")
+    git("add", "a.txt")
+    git("commit", "-qm", "one")
+    (tmp_path / "untracked.txt").write_text("not a change to the code")
+    assert source_commit(tmp_path) == {"commit": git("rev-parse", "HEAD"), "clean": True}
+    (tmp_path / "a.txt").write_text("two")
+    assert source_commit(tmp_path)["clean"] is False
