@@ -47,6 +47,7 @@ def candidates(evolution, failed, k: int) -> dict:
             "distinct_rate": repairs.distinct_rate(), "repairing": sum(s.repairing for s in chosen),
             "feasible": sum(s.feasible for s in chosen),
             "failures_with_a_feasible_candidate": sum(s.feasible > 0 for s in chosen),
+            "settled_by": dict(collections.Counter(s.rule for s in chosen)),
             "kinds": dict(collections.Counter(c.scored.kind for g in repairs.groups for c in g))}
 
 

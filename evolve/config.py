@@ -54,6 +54,9 @@ class RepairSettings(BaseModel):
     model_config = FROZEN
     candidates: int = Field(4, ge=1, description="K, repairs proposed per failure: more finds more feasible "
                             "repairs and gives the selection rules more to decide, at K x the time")
+    per_branch: int = Field(2, ge=1, description="candidates written per branch of the action schema (a "
+                            "tool's call, a question, a refusal): K / per_branch distinct branches are drawn "
+                            "from the model's probabilities, so the front weighs several actions of each")
     temperature_min: float = Field(0.3, ge=0, description="the repairs' sampling temperatures span "
                                    "temperature_min..temperature_max across the K candidates")
     temperature_max: float = Field(1.2, ge=0, description="the highest of the repairs' temperatures")

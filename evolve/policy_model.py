@@ -1,4 +1,4 @@
-"""π_t: a causal LM with a LoRA adapter (peft), in plain torch on CPU: sampling among valid actions,
+"""π_t: a causal LM with a LoRA adapter (peft), in plain torch on CPU: the probability of an option or a prefix,
 generation under a JSON schema (xgrammar), completion log-probs, SFT on completions only. Torch runs with one
 thread (2 threads made a training step ~9x slower on these 2-core machines)."""
 from __future__ import annotations
@@ -107,25 +107,6 @@ class PolicyModel:
         return self.tokenizer.apply_chat_template([m.model_dump() for m in messages], tokenize=False,
                                                   add_generation_prompt=True)
 
-    def choose(self, prompts: Sequence[str], options: Sequence[str], temperature: float, n: int = 1,
-               seed: int = 0) -> list[list[str]]:
-        """``n`` samples per prompt from π restricted to ``options`` (constrained decoding for a categorical
-        action): π(option | prompt) ∝ the option's sequence probability (its tokens and EOS), tempered by
-        ``temperature``; 0 is the most probable option."""
-        torch = self.torch
-        with torch.inference_mode():
-            logp = self.option_logprobs(prompts, options)
-        generator = torch.Generator().manual_seed(seed)
-        out = []
-        for row in logp.cpu():
-            if temperature <= 0:
-                out.append([options[int(row.argmax())]] * n)
-            else:
-                probabilities = torch.softmax(row / temperature, dim=-1)
-                picks = torch.multinomial(probabilities, n, replacement=True, generator=generator)
-                out.append([options[int(i)] for i in picks])
-        return out
-
     def generate(self, prompts: Sequence[str], schemas: Sequence[dict], temperature: float, n: int = 1,
                  seed: int = 0, max_new_tokens: int = 96, chunk: int = 64) -> list[list[str]]:
         """``n`` completions per prompt from π (the adapter on) under that prompt's JSON schema (``schemas[i]``):
@@ -227,13 +208,19 @@ class PolicyModel:
             cache, logits = out.past_key_values, out.logits[:, -1].float()
         return [self.tokenizer.decode(t, skip_special_tokens=True).strip() for t in tokens]
 
-    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str], chunk: int = 16):
-        """log π(option | prompt) for every (prompt, option): shape [len(prompts), len(options)]. Each prompt
-        runs through the model once and its key/value cache is shared by the options (a few tokens each): the
-        options differ only after the prompt, and three full passes per prompt cost three times as much."""
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str], chunk: int = 16,
+                        complete: bool = True):
+        """log π(option | prompt) for every (prompt, option): shape [len(prompts), len(options)]; ``complete``:
+        each option is a whole completion (its EOS scored), else the start of one (the probability that a
+        completion begins with it). Each prompt runs through the model once and its key/value cache is shared
+        by the options (a few tokens each): the options differ only after the prompt, and a full pass per
+        option would cost that many times as much."""
         torch = self.torch
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
-        option_rows = [self.tokenizer(o, add_special_tokens=False)["input_ids"] + [eos] for o in options]
+        end = [eos] if complete else []
+        option_rows = [self.tokenizer(o, add_special_tokens=False)["input_ids"] + end for o in options]
+        if not all(option_rows):
+            raise ValueError("an empty option: every option has at least one token")
         width, n = max(len(r) for r in option_rows), len(options)
         option_ids = torch.tensor([r + [pad] * (width - len(r)) for r in option_rows], device=self.device)
         option_mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in option_rows],

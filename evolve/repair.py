@@ -1,9 +1,18 @@
 """Step 2, repairs on-policy: each failure's repair prompt p_f = Prompt(x, a, z) is answered K times by the model
-itself, at temperatures spread from ``temperature_min`` to ``temperature_max``, each candidate written under the
-scenario's action schema (constrained decoding: every candidate that finishes is a well-formed action) and
-scored by the verifier ensemble."""
+itself, each candidate written under one branch of the scenario's action schema (a call of one tool, a question,
+a refusal; constrained decoding: every candidate that finishes is a well-formed action) and scored by the
+verifier ensemble.
+
+Which branches: ⌈K / ``per_branch``⌉ of them, drawn from the model's own probability of each branch at p_f
+(the probability that its action starts with the branch's prefix) without replacement (Gumbel top-k: the
+distinct branches a sampler draws, in the order it draws them); each is written ``per_branch`` times, at
+temperatures spread from ``temperature_min`` to ``temperature_max`` over the K candidates. Plain sampling of K
+actions from p_f gave the same action K times over: a small model copies the failed action the prompt shows.
+"""
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,19 +42,46 @@ def temperatures(k: int, low: float, high: float) -> list[float]:
     return [low + (high - low) * i / (k - 1) for i in range(k)]
 
 
+def branch_slots(logp: Sequence[float], k: int, per_branch: int, rng: random.Random) -> list[int]:
+    """The branch each of the K candidates is written under (indices into ``logp``, the log-probability of each
+    branch; -inf: never drawn): ⌈k / per_branch⌉ distinct branches (as many as have a finite log-probability,
+    if fewer) drawn without replacement by Gumbel top-k from softmax(logp), visited in turn: candidate i gets
+    the (i mod n)-th branch drawn."""
+    keys = [(v - math.log(-math.log(1.0 - rng.random())), i) for i, v in enumerate(logp) if v > -math.inf]
+    if not keys:
+        raise ValueError("no branch can be drawn: every log-probability is -inf")
+    drawn = [i for _, i in sorted(keys, reverse=True)][:math.ceil(k / per_branch)]
+    return [drawn[i % len(drawn)] for i in range(k)]
+
+
 def propose(model: Any, task: ActionTask, settings: RepairSettings, selection: SelectionSettings,
             failures: Sequence[Failure], thresholds: Sequence[Sequence[float]], seed: int, round_index: int
             ) -> Repairs:
     """K candidates per failure (``thresholds``: the κ each fell short of, which the prompt states)."""
     prompts = [model.prompt(repair_messages(task, f.scenario, f.scored, kappa))
                for f, kappa in zip(failures, thresholds, strict=True)]
-    schemas = [task.schema(f.scenario) for f in failures]
+    offered = [task.branches(f.scenario) for f in failures]
+    slots = _slots(model, prompts, offered, settings, f"{seed}:{round_index}")
     groups: list[list[Candidate]] = [[] for _ in failures]
     for k, temperature in enumerate(temperatures(settings.candidates, settings.temperature_min,
                                                  settings.temperature_max)):
+        schemas = [branches[chosen[k]].schema for branches, chosen in zip(offered, slots)]
         texts = [o[0] for o in model.generate(prompts, schemas, temperature, seed=seed * 1000 + round_index * 50 + k,
                                               max_new_tokens=settings.max_new_tokens)]
         scored = task.score([f.scenario for f in failures], texts)
         for group, sc in zip(groups, scored):
             group.append(Candidate(sc.text, sc, training_reward(selection, sc)))
     return Repairs(prompts, groups)
+
+
+def _slots(model: Any, prompts: Sequence[str], offered: Sequence[Sequence[Any]], settings: RepairSettings,
+           stream: str) -> list[list[int]]:
+    """Per failure, ``branch_slots`` over its branches' prefixes scored at its p_f (one pass for the union of
+    the failures' branches; a branch its input does not offer is -inf)."""
+    prefixes = sorted({b.prefix for branches in offered for b in branches})
+    column = {p: i for i, p in enumerate(prefixes)}
+    with model.torch.inference_mode():
+        logp = model.option_logprobs(prompts, prefixes, complete=False).tolist() if prompts else []
+    rng = random.Random(f"branches:{stream}")
+    return [branch_slots([row[column[b.prefix]] for b in branches], settings.candidates, settings.per_branch, rng)
+            for row, branches in zip(logp, offered)]

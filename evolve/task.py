@@ -120,16 +120,32 @@ class ToolCatalog:
         return tuple(self.tools[n] for n in names)
 
 
-def action_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
-    """The JSON schema of an action among ``tools``: one branch per tool's call, a question, a refusal."""
+@dataclass(frozen=True)
+class Branch:
+    """One branch of the action schema: a call of one tool, a question or a refusal. ``prefix`` is the text
+    every action of the branch starts with (compact JSON, the schema's key order) up to where the branch is
+    decided; ``schema`` admits exactly the branch's actions."""
+    name: str  # "call:<tool>", "ask" or "refuse"
+    prefix: str
+    schema: dict[str, Any]
+
+
+def branches(tools: Sequence[ToolSpec]) -> tuple[Branch, ...]:
+    """The action schema's branches among ``tools``: one per tool's call, a question, a refusal."""
     def branch(properties: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "properties": properties, "required": list(properties),
                 "additionalProperties": False}
     text = {"type": "string", "maxLength": TEXT_LIMIT}
-    calls = [branch({"action": {"const": "call"}, "tool": {"const": t.name}, "args": t.args_schema(),
-                     "confirm": {"type": "boolean"}}) for t in tools]
-    return {"anyOf": [*calls, branch({"action": {"const": "ask"}, "question": text}),
-                      branch({"action": {"const": "refuse"}, "reason": text})]}
+    calls = [Branch(f"call:{t.name}", f'{{"action":"call","tool":{json.dumps(t.name)}',
+                    branch({"action": {"const": "call"}, "tool": {"const": t.name}, "args": t.args_schema(),
+                            "confirm": {"type": "boolean"}})) for t in tools]
+    return (*calls, Branch("ask", '{"action":"ask"', branch({"action": {"const": "ask"}, "question": text})),
+            Branch("refuse", '{"action":"refuse"', branch({"action": {"const": "refuse"}, "reason": text})))
+
+
+def action_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+    """The JSON schema of an action among ``tools``: any of its ``branches``."""
+    return {"anyOf": [b.schema for b in branches(tools)]}
 
 
 def request_text(scenario: Scenario, tools: Sequence[ToolSpec]) -> str:
@@ -284,6 +300,9 @@ class ActionTask:
 
     def schema(self, scenario: Scenario) -> dict[str, Any]:
         return action_schema(self.catalog.offered(scenario))
+
+    def branches(self, scenario: Scenario) -> tuple[Branch, ...]:
+        return branches(self.catalog.offered(scenario))
 
     def parse(self, scenario: Scenario, text: str) -> Action | None:
         return parse_action(text, self.catalog.offered(scenario))

@@ -1,5 +1,5 @@
 """The policy model (``far.evolve.policy_model``) on the tiny random model: completion and option log-probs against a
-plain forward pass, constrained choice, generation under a JSON schema (against an uncached greedy decode), SFT's
+plain forward pass, generation under a JSON schema (against an uncached greedy decode), SFT's
 epochs and the LoRA targets."""
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ pytest.importorskip("peft")
 DECISIONS = ("handle", "escalate", "refuse")  # the options of a categorical choice
 
 
-def plain_completion_logprobs(model, prompt: str, completion: str):
-    """The reference: one unpadded, uncached forward pass over prompt + completion + EOS; the log-probs of the
-    completion's tokens."""
+def plain_completion_logprobs(model, prompt: str, completion: str, complete: bool = True):
+    """The reference: one unpadded, uncached forward pass over prompt + completion (+ EOS where ``complete``);
+    the log-probs of the completion's tokens."""
     prompt_ids = model.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    completion_ids = model.tokenizer(completion, add_special_tokens=False)["input_ids"] + [model.tokenizer.eos_token_id]
+    end = [model.tokenizer.eos_token_id] if complete else []
+    completion_ids = model.tokenizer(completion, add_special_tokens=False)["input_ids"] + end
     single = torch.tensor([prompt_ids + completion_ids])
     full = torch.log_softmax(model.model(input_ids=single).logits[0, :-1].float(), dim=-1)
     return full.gather(-1, single[0, 1:].unsqueeze(-1)).squeeze(-1)[-len(completion_ids):]
@@ -72,41 +73,41 @@ def test_completion_logprobs_give_the_plain_passs_gradients():
     assert all(torch.allclose(a, b, atol=1e-4) for a, b in zip(shared, plain))
 
 
-@pytest.mark.parametrize("options", [("handle", "escalate", "refuse"), ("handle",), ("yes", "no")])
+@pytest.mark.parametrize("complete", [True, False])
+@pytest.mark.parametrize("options", [("handle", "escalate", "refuse"), ("handle",), ("yes", "no"),
+                                     ('{"action":"call","tool":"pay_bill"', '{"action":"ask"')])
 @pytest.mark.parametrize("prompts", PROMPT_SETS)
-def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options, prompts):
+def test_option_logprobs_equal_the_sum_over_each_completions_tokens(options, prompts, complete):
     # the prompts' common prefix runs once and each prompt's cache is shared by the options: the same figures
-    # as a plain pass over prompt + option + EOS
+    # as a plain pass over prompt + option (+ EOS for a whole completion)
     from far.evolve.policy_model import ModelSpec, PolicyModel
 
     model = PolicyModel(ModelSpec(base="tiny-random", seed=2))
     prompts = prompt_set(model, prompts)
     with torch.inference_mode():
-        shared = model.option_logprobs(prompts, options, chunk=2)
-        full = torch.tensor([[float(plain_completion_logprobs(model, p, o).sum()) for o in options] for p in prompts])
+        shared = model.option_logprobs(prompts, options, chunk=2, complete=complete)
+        full = torch.tensor([[float(plain_completion_logprobs(model, p, o, complete).sum()) for o in options]
+                             for p in prompts])
     assert shared.shape == (len(prompts), len(options)) and torch.allclose(shared, full, atol=1e-4)
+
+
+def test_a_prefix_is_at_least_as_probable_as_any_completion_that_starts_with_it():
+    from far.evolve.policy_model import ModelSpec, PolicyModel
+
+    model = PolicyModel(ModelSpec(base="tiny-random", seed=4))
+    prompts = prompt_set(model, "chat")
+    with torch.inference_mode():
+        prefix = model.option_logprobs(prompts, ["escalate"], complete=False)
+        whole = model.option_logprobs(prompts, ["escalate", "escalate now"])
+    assert (prefix[:, 0] >= whole.max(dim=1).values - 1e-5).all()
+    with pytest.raises(ValueError, match="empty option"):
+        model.option_logprobs(prompts, [""], complete=False)
 
 
 def decision_messages_for(request: str):
     from far.models.lm import Message
 
     return [Message(role="system", content="guard"), Message(role="user", content=request)]
-
-
-def test_constrained_choice_samples_only_valid_actions_by_their_probability():
-    from far.evolve.policy_model import ModelSpec, PolicyModel
-
-    model = PolicyModel(ModelSpec(base="tiny-random", seed=1))
-    prompts = [model.prompt(decision_messages_for(f"request {i}")) for i in range(3)]
-    logp = model.option_logprobs(prompts, DECISIONS)
-    greedy = model.choose(prompts, DECISIONS, temperature=0.0)
-    for row, picked in zip(logp, greedy):
-        assert picked == [DECISIONS[int(row.argmax())]]
-    samples = model.choose(prompts[:1], DECISIONS, temperature=1.0, n=3000, seed=5)[0]
-    assert set(samples) <= set(DECISIONS)
-    expected = torch.softmax(logp[0], dim=-1)
-    observed = torch.tensor([samples.count(d) / len(samples) for d in DECISIONS])
-    assert torch.allclose(observed, expected, atol=0.04)
 
 
 @pytest.mark.parametrize("learned_after, expected_epochs", [(None, 1), (0, 1), (2, 3), (99, 4)])
@@ -148,7 +149,6 @@ def test_no_prompts_give_no_decisions():
 
     model = PolicyModel(ModelSpec(base="tiny-random"))
     assert tuple(model.option_logprobs([], DECISIONS).shape) == (0, 3)
-    assert model.choose([], DECISIONS, temperature=0.0) == []
     assert Fit(model, None, [], max_new_tokens=8).share() == 0.0  # a lesson with nothing taught fits nothing
 
 

@@ -1,17 +1,23 @@
-"""Repair candidates (``far.evolve.repair``): the temperature schedule, and K on-policy candidates per failure, written
-on the repair prompt p_f (the input, the failed action and the objectives it violated) under the input's schema and
-scored by the verifier ensemble; seeded; distinct actions counted as the selection rules count them."""
+"""Repair candidates (``far.evolve.repair``): the temperature schedule, the branches drawn without replacement, and K
+on-policy candidates per failure, written on the repair prompt p_f (the input, the failed action and the objectives it
+violated) under a branch of the input's schema and scored by the verifier ensemble; seeded; distinct actions counted
+as the selection rules count them."""
 from __future__ import annotations
+
+import math
+import random
 
 import pytest
 from evolve_helpers import tiny_config
+from hypothesis import given
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
 
 from far.evolve.collect import Failure, failures
 from far.evolve.loop import Evolution
-from far.evolve.repair import Repairs, propose, temperatures
+from far.evolve.repair import Repairs, branch_slots, propose, temperatures
 from far.evolve.select import Candidate, training_reward
 from far.evolve.task import WHY, Action, ScoredAction, repair_messages, violated
 
@@ -19,6 +25,35 @@ from far.evolve.task import WHY, Action, ScoredAction, repair_messages, violated
 def test_temperature_schedule_spans_the_range():
     assert temperatures(4, 0.3, 1.2) == pytest.approx([0.3, 0.6, 0.9, 1.2])
     assert temperatures(1, 0.3, 1.2) == [0.3]
+
+
+LOGPS = st.lists(st.one_of(st.floats(-50, 0), st.just(-math.inf)), min_size=1, max_size=8).filter(
+    lambda v: any(x > -math.inf for x in v))
+
+
+@given(LOGPS, st.integers(1, 12), st.integers(1, 4), st.integers(0, 2**32))
+def test_branch_slots_draw_distinct_branches_and_visit_them_in_turn(logp, k, per_branch, seed):
+    slots = branch_slots(logp, k, per_branch, random.Random(seed))
+    finite = [i for i, v in enumerate(logp) if v > -math.inf]
+    n = min(math.ceil(k / per_branch), len(finite))
+    drawn = slots[:n]
+    assert len(slots) == k and len(set(drawn)) == n and set(slots) == set(drawn) <= set(finite)
+    assert slots == [drawn[i % n] for i in range(k)]
+    assert slots == branch_slots(logp, k, per_branch, random.Random(seed))  # seeded
+
+
+def test_the_first_branch_drawn_follows_the_model_s_probabilities():
+    # Gumbel top-k: the first draw is a sample of softmax(logp), the next of what is left
+    logp = [math.log(0.6), math.log(0.3), math.log(0.1), -math.inf]
+    rng = random.Random(0)
+    draws = [branch_slots(logp, 2, 1, rng) for _ in range(20_000)]
+    first = [sum(d[0] == i for d in draws) / len(draws) for i in range(4)]
+    assert first == pytest.approx([0.6, 0.3, 0.1, 0.0], abs=0.015)
+    second_after_0 = [d[1] for d in draws if d[0] == 0]
+    assert sum(b == 1 for b in second_after_0) / len(second_after_0) == pytest.approx(0.75, abs=0.02)
+    assert branch_slots([0.0, -1e9], 3, 1, rng) == [0, 1, 0]  # an improbable branch still drawn once k asks
+    with pytest.raises(ValueError, match="every log-probability is -inf"):
+        branch_slots([-math.inf], 2, 1, rng)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +102,15 @@ def test_each_failure_gets_k_scored_candidates_on_its_repair_prompt(evolution, f
         assert short and all(f"{d}: {WHY[d]}" in prompt for d in short)
         assert prompt != evolution.model.prompt(task.messages(failure.scenario))
         assert all(prompts[failed.index(failure)] == prompt for prompts, _, _ in asked)
-        assert all(schemas[failed.index(failure)] == task.schema(failure.scenario) for _, schemas, _ in asked)
+        # each candidate is written under one branch of the input's schema, ⌈K / per_branch⌉ branches in turn
+        branches = {b.name: b for b in task.branches(failure.scenario)}
+        written = [next(n for n, b in branches.items() if b.schema == schemas[failed.index(failure)])
+                   for _, schemas, _ in asked]
+        n = min(math.ceil(k / config.repair.per_branch), len(branches))
+        assert len(set(written[:n])) == n and written == [written[i % n] for i in range(k)]
+        for name, c in zip(written, group):
+            assert c.scored.action is None or name == (f"call:{c.scored.action.call.tool}"
+                                                       if c.scored.kind == "call" else c.scored.kind)
         # each candidate is what the model wrote, scored by the verifier ensemble on the failure's input
         assert [c.scored for c in group] == task.score([failure.scenario] * k, [c.text for c in group])
         assert all(c.reward == training_reward(config.selection, c.scored) for c in group)

@@ -20,6 +20,7 @@ from far.evolve.task import (
     action_messages,
     action_schema,
     action_text,
+    branches,
     parse_action,
     repair_messages,
     right_action,
@@ -139,6 +140,19 @@ def test_what_action_text_writes_the_parse_reads_back_and_the_schema_admits(acti
     assert same_action(parse_action(text, SPECS), action)
     SCHEMA.validate(json.loads(text))
     assert text == json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)  # compact, as written
+
+
+BRANCHES = {b.name: (b.prefix, jsonschema.Draft202012Validator(b.schema)) for b in branches(SPECS)}
+
+
+@given(ACTIONS)
+def test_an_action_starts_with_its_branch_s_prefix_and_only_its_branch_admits_it(action):
+    text, name = action_text(action), (f"call:{action.call.tool}" if action.kind == "call" else action.kind)
+    prefix, validator = BRANCHES[name]
+    assert text.startswith(prefix) and validator.is_valid(json.loads(text))
+    assert not any(v.is_valid(json.loads(text)) or text.startswith(p + '"') or text.startswith(p + ",")
+                   for other, (p, v) in BRANCHES.items() if other != name)
+    assert action_schema(SPECS) == {"anyOf": [b.schema for b in branches(SPECS)]}
 
 
 def test_same_action_ignores_wording_not_kind_call_or_confirmation():
