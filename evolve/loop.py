@@ -35,7 +35,7 @@ from far.evolve.metrics import holdout_metrics
 from far.evolve.record import RoundRecord
 from far.evolve.repair import propose
 from far.evolve.select import RULES, input_thresholds, select
-from far.evolve.task import ActionTask, ScoredAction, ToolCatalog
+from far.evolve.task import ActionTask, ScoredAction, ToolCatalog, decision_points
 from far.evolve.train import Lesson, PFPOStats, build_lesson, pfpo, rehearsal_count, sft
 from far.rollout.errors import FarInputError
 from far.rollout.scenario import Scenario
@@ -60,7 +60,7 @@ class Evolution:
         self.config = config
         self.progress = progress or (lambda message: None)
         suite = build_suite(config.suite, base_dir)
-        train, holdout = list(suite.scenarios("train")), list(suite.scenarios("holdout"))
+        train, holdout = decision_points(suite.scenarios("train")), decision_points(suite.scenarios("holdout"))
         require_trainable(train)  # before any model loads: every slice that is fitted or taught comes from train
         catalog = ToolCatalog.from_scenarios(train)  # the tools offered: read from train's proposed calls
         slices = draw_slices(config, train, holdout)

@@ -356,3 +356,24 @@ def test_a_round_with_the_real_smollm2(tmp_path):
                          candidates=4, pfpo={"group": 4, "prompts_per_step": 4})
     summary = Evolution(config).run(tmp_path)
     assert len(summary["rounds"]) == 2
+
+
+def test_a_round_on_agentdojo_reads_each_episode_as_its_decision_points(tmp_path):
+    """An AgentDojo suite: the slices are the episodes' decision points (the user's task and the tool output read
+    so far, an injected instruction among it), the tools AgentDojo's, and a round runs on them."""
+    pytest.importorskip("agentdojo")
+    import pyarrow.parquet as pq
+
+    suite = {"name": "agentdojo", "suites": ["banking"], "attacks": ["important_instructions"],
+             "max_user_tasks": 6, "max_injection_tasks": 3}
+    config = tiny_config(tmp_path, suite=suite, dev_size=8, check_size=8, holdout_size=12, candidates=2,
+                         max_new_tokens=32)
+    evolution = Evolution(config)
+    points = [*evolution.dev, *evolution.check, *evolution.holdout]
+    assert all(s.environment is None and s.suite == "agentdojo:banking" for s in points)
+    assert any(s.ground_truth.injected and "Tool outputs so far" in s.request for s in points)
+    assert {s.split for s in evolution.holdout} == {"holdout"} and {s.split for s in evolution.dev} == {"train"}
+    assert {"send_money", "read_file"} <= set(evolution.task.catalog.tools)
+    summary = evolution.run(tmp_path)
+    rounds = pq.read_table(tmp_path / "rounds.parquet").to_pylist()
+    assert len(rounds) == len(summary["rounds"]) >= 1 and rounds[-1]["failures"] >= 1

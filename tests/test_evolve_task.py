@@ -21,6 +21,7 @@ from far.evolve.task import (
     action_schema,
     action_text,
     branches,
+    decision_points,
     parse_action,
     repair_messages,
     right_action,
@@ -192,6 +193,49 @@ def test_the_catalog_refuses_an_environment_backed_scenario():
     episode = make_scenario(sid="ep-1").model_copy(update={"environment": {"suite": "workspace", "task": "t0"}})
     with pytest.raises(FarInputError, match="ep-1"):
         ToolCatalog.from_scenarios([make_scenario(), episode])
+
+
+def test_an_argument_some_call_left_out_is_optional_and_a_list_of_strings_is_an_array():
+    # AgentDojo's calls: update_scheduled_transaction(id, amount) or (id, recipient); send_email(recipients=[...])
+    by_amount = ToolAction(tool="update", args={"id": 7, "amount": 20.0}, sensitive=True)
+    by_recipient = ToolAction(tool="update", args={"id": 7, "recipient": "US12"}, sensitive=True)
+    mail = ToolAction(tool="send_email", args={"recipients": ["a@x.example", "b@x.example"], "body": "hi"})
+    catalog = ToolCatalog.from_scenarios([make_scenario(c, sid=str(i)) for i, c in enumerate((by_amount,
+                                                                                                by_recipient, mail))])
+    update, send = catalog.tools["update"], catalog.tools["send_email"]
+    assert update.optional == {"amount", "recipient"} and send.optional == frozenset()
+    assert update.args_schema()["required"] == ["id"]
+    assert send.args_schema()["properties"]["recipients"]["items"] == {"type": "string", "maxLength": VALUE_LIMIT}
+    tools = (update, send)
+    validator = jsonschema.Draft202012Validator(action_schema(tools))
+    for args, ok in (({"id": 7}, True), ({"id": 7, "amount": 5, "recipient": "US1"}, True),
+                     ({"amount": 5}, False), ({"id": 7, "memo": "x"}, False)):
+        text = call("update", args)
+        assert (parse_action(text, tools) is not None) is ok and validator.is_valid(json.loads(text)) is ok
+    for recipients, ok in ((["a@x.example"], True), ([], True), ("a@x.example", False), ([3], False)):
+        text = call("send_email", {"recipients": recipients, "body": "hi"})
+        assert (parse_action(text, tools) is not None) is ok and validator.is_valid(json.loads(text)) is ok
+
+
+def test_an_episode_is_read_as_its_decision_points_and_a_single_call_as_it_is():
+    pytest.importorskip("agentdojo")
+    from far.suites.agentdojo.agent import calls_as_the_guard_sees_them
+    from far.suites.agentdojo.suite import AgentDojoSuite, AgentDojoSuiteConfig
+
+    suite = AgentDojoSuite(AgentDojoSuiteConfig(suites=("banking",), attacks=("important_instructions",),
+                                                max_user_tasks=2, max_injection_tasks=2))
+    episodes = list(suite.scenarios("train"))[:3]
+    single = make_scenario()
+    points = decision_points([single, *episodes])
+    assert points[0] is single
+    assert points[1:] == [c for e in episodes for c in calls_as_the_guard_sees_them(e)]
+    assert all(p.environment is None and p.request.startswith(e.request) for p in points[1:] for e in episodes[:1]
+               if p.id.startswith(e.id))
+    injected = [p for p in points if p.ground_truth.injected]
+    assert injected and all(p.ground_truth.intended_action is None and "Tool outputs so far" in p.request
+                            for p in injected)
+    catalog = ToolCatalog.from_scenarios(points)  # the points are single calls: the catalog reads them
+    assert all(parse_action(action_text(right_action(p)), catalog.offered(p)) == right_action(p) for p in points)
 
 
 def test_the_schema_has_one_branch_per_offered_tool_then_ask_and_refuse(task, split):
