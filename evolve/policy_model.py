@@ -208,13 +208,14 @@ class PolicyModel:
             cache, logits = out.past_key_values, out.logits[:, -1].float()
         return [self.tokenizer.decode(t, skip_special_tokens=True).strip() for t in tokens]
 
-    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str], chunk: int = 16,
+    def option_logprobs(self, prompts: Sequence[str], options: Sequence[str], chunk: int = 64,
                         complete: bool = True):
         """log π(option | prompt) for every (prompt, option): shape [len(prompts), len(options)]; ``complete``:
         each option is a whole completion (its EOS scored), else the start of one (the probability that a
         completion begins with it). Each prompt runs through the model once and its key/value cache is shared
         by the options (a few tokens each): the options differ only after the prompt, and a full pass per
-        option would cost that many times as much."""
+        option would cost that many times as much. A pass holds at most ``chunk`` (prompt, option) rows, at least
+        one prompt: each row holds a copy of its prompt's cache."""
         torch = self.torch
         eos, pad = self.tokenizer.eos_token_id, self.tokenizer.pad_token_id
         end = [eos] if complete else []
@@ -226,8 +227,9 @@ class PolicyModel:
         option_mask = torch.tensor([[1.0] * len(r) + [0.0] * (width - len(r)) for r in option_rows],
                                    device=self.device)
         totals = []
-        for start in range(0, len(prompts), chunk):
-            rows = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start:start + chunk]]
+        per_pass = max(1, chunk // n)
+        for start in range(0, len(prompts), per_pass):
+            rows = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts[start:start + per_pass]]
             out, attention, positions = self._prompt_pass(rows)
             b = len(rows)
             targets = option_ids.repeat(b, 1)  # row i*n + o: prompt i, option o

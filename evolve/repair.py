@@ -77,8 +77,8 @@ def propose(model: Any, task: ActionTask, settings: RepairSettings, selection: S
 
 def _slots(model: Any, prompts: Sequence[str], offered: Sequence[Sequence[Any]], settings: RepairSettings,
            stream: str) -> list[list[int]]:
-    """Per failure, ``branch_slots`` over its branches' prefixes scored at its p_f (one pass for the union of
-    the failures' branches; a branch its input does not offer is -inf)."""
+    """Per failure, ``branch_slots`` over its branches' prefixes scored at its p_f (the union of the failures'
+    prefixes is scored on every p_f; each failure reads its own)."""
     prefixes = sorted({b.prefix for branches in offered for b in branches})
     column = {p: i for i, p in enumerate(prefixes)}
     with model.torch.inference_mode():
