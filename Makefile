@@ -57,7 +57,12 @@ bench: install-models $(VENV)/.vllm
 	$(BIN)/python bench/bench_agentdojo_policy.py
 	$(BIN)/python bench/bench_guard.py
 	$(BIN)/python bench/bench_serve.py
-	$(BIN)/python bench/bench_fate.py --seeds 0 1 2 --set suite.seed=2027 --set rounds=1 --set data.dev_size=24
+	$(BIN)/python bench/bench_fate.py --restart --seeds 0 1 2 --set suite.seed=2027 --set rounds=1 --set data.dev_size=24
+	$(BIN)/python bench/bench_fate.py --restart --seeds 0 1 2 --arms base fate sft_right --set suite.seed=2028 --set rounds=1 \
+		--set data.dev_size=24 --tag 2028
+	$(BIN)/python bench/bench_fate.py --restart --seeds 0 --arms base fate sft_right --set rounds=1 --set data.dev_size=24 \
+		--set 'suite={name: agentdojo, suites: [banking, slack], version: v1.2.2, attacks: [important_instructions], seed: 0, holdout_fraction: 0.3, split_by: injection_task}' \
+		--tag agentdojo
 	$(BIN)/python bench/bench_fate_feasible.py --set suite.seed=2027 --set data.dev_size=24
 	$(BIN)/python bench/bench_real.py
 	$(BIN)/python bench/bench_finetune.py minilm

@@ -1,6 +1,7 @@
 """FATE, the model alone, against its baselines and the paper's ablations: the reviewer's table (issue 55).
 
     python bench/bench_fate.py --seeds 0 1 2 [--set KEY=YAML ...] [--arms ARM ...] [--tag T] [--search-budget 24]
+        [--restart]
 
 For each training seed, one ``Evolution`` of configs/evolve.yaml (with ``--set``; the suite seed among them: a
 fresh one no earlier choice has seen) builds the world, the verifier ensemble, SmolLM2 and the seed's slices;
@@ -13,7 +14,8 @@ policy search winner (``--search-budget`` evaluations on dev, played through FAR
 Per seed and arm: each compared figure's per-input values, the rounds (holdout curve, the share each selection rule
 settled, the front's size, seconds per round), seconds and the process's peak memory. The table pools seeds with
 (seed, template)-clustered intervals (``far.evolve.arms.table``). Writes bench/results/fate{-T}.json atomically
-after every arm, with the commit and whether the tree was clean; arms already there are not run again.
+after every arm, with the commit and whether the tree was clean; arms already there are not run again
+(``--restart``: all are).
 """
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ def parse_arguments() -> argparse.Namespace:
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), metavar="ARM")
     parser.add_argument("--search-budget", type=int, default=24)
     parser.add_argument("--tag", default="")
+    parser.add_argument("--restart", action="store_true", help="judge every seed again, discarding what "
+                        "bench/results/fate{-T}.json holds (else a file of another commit or --set is refused)")
     parser.add_argument("--table-only", action="store_true", help="recompute and print the table of the seeds "
                         "already judged; run nothing")
     parser.add_argument("--merge", nargs="+", default=[], metavar="TAG", help="with --table-only: first add the "
@@ -125,7 +129,7 @@ def main() -> int:
         return 0
     load_evolve_config(write_config(OUT / f"{args.name}-check.yaml", CONFIGS / "evolve.yaml", args.set))  # bad --set
     path = RESULTS / f"{args.name}.json"
-    result = read_result(path) or {"seeds": {}}
+    result = (None if args.restart else read_result(path)) or {"seeds": {}}
     stamp = {**source_commit(ROOT), "set": args.set}
     if "commit" in result and (result["commit"], result["set"]) != (stamp["commit"], stamp["set"]):
         raise FarInputError(f"was run at commit {result['commit']} with --set {result['set']}: use another --tag",
