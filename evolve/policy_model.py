@@ -211,8 +211,9 @@ class PolicyModel:
     def option_logprobs(self, prompts: Sequence[str], options: Sequence[str], chunk: int = 64,
                         complete: bool = True):
         """log π(option | prompt) for every (prompt, option): shape [len(prompts), len(options)]; ``complete``:
-        each option is a whole completion (its EOS scored), else the start of one (the probability that a
-        completion begins with it). Each prompt runs through the model once and its key/value cache is shared
+        each option is a whole completion (its EOS scored), else the start of one (the probability of its tokens
+        as the tokenizer splits it alone: where a completion merges its last token with what follows, say `"`
+        into `",`, this approximates the probability that a completion begins with that text). Each prompt runs through the model once and its key/value cache is shared
         by the options (a few tokens each): the options differ only after the prompt, and a full pass per
         option would cost that many times as much. A pass holds at most ``chunk`` (prompt, option) rows, at least
         one prompt: each row holds a copy of its prompt's cache."""

@@ -4,8 +4,9 @@ a refusal; constrained decoding: every candidate that finishes is a well-formed 
 verifier ensemble.
 
 Which branches: K of them (every branch the input offers, when it offers fewer, then again in the same order),
-drawn from the model's own probability of each branch at p_f (the probability that its action starts with the
-branch's prefix) without replacement (Gumbel top-k: the distinct branches a sampler draws, in the order it draws
+drawn from the model's own probability of each branch at p_f (the probability of the branch's prefix, its
+tokens as the tokenizer splits it alone: an approximation where a completion merges the prefix's last token with
+the next) without replacement (Gumbel top-k: the distinct branches a sampler draws, in the order it draws
 them); the K candidates are written at temperatures spread from ``temperature_min`` to ``temperature_max``.
 Plain sampling of K actions from p_f gave the same action K times over: a small model copies the failed action
 the prompt shows.
