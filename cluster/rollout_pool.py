@@ -79,6 +79,7 @@ class RolloutPool:
         # round-robin over the nodes, pinned: Ray's SPREAD, and soft affinity, often pack them all on the head
         nodes = sorted(node["NodeID"] for node in ray.nodes() if node["Alive"])
         self.actors = [self._spawn(nodes[i % len(nodes)]) for i in range(actors)]
+        self.placed = [ray.get(actor.node.remote()) for actor in self.actors]  # waits until each is placed
 
     def _spawn(self, node: str | None = None) -> Any:
         # num_cpus=0: the actors do the work while trials wait on them; reserving CPUs for both deadlocks a

@@ -87,7 +87,8 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
         stats = json.loads((out / "run_stats.json").read_text())
         assert stats["cluster_nodes"] == 1
         # one rollout actor was pinned to each node: the head's is alive, the worker's went with its node
-        assert "lost" in stats["rollout_actor_nodes"] and len(set(stats["rollout_actor_nodes"])) == 2
+        assert len(set(stats["rollout_actor_placement"])) == 2, stats
+        assert "lost" in stats["rollout_actor_nodes"] and len(set(stats["rollout_actor_nodes"])) == 2, stats
         summary = summary_of(out)
         assert summary["trials"] == BUDGET and summary["failed_trials"] == 0
         assert summary == expected  # no trial lost or counted twice: the same trials, ranks and winner

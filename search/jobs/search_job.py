@@ -64,7 +64,8 @@ class SearchRun:
 class Trials:
     tune: Any  # search.searchers.tune's run: the trials, seconds, failed and rescued counts, searcher counts
     proposer: Any  # the LLM proposer's LM (``method: llm``), else None
-    actor_nodes: list[str]  # the nodes the rollout actors ran on
+    actor_placement: list[str]  # the node each rollout actor was placed on at the start
+    actor_nodes: list[str]  # the node each rollout actor is on at the end ("lost" where its node is gone)
 
 
 @dataclass
@@ -196,7 +197,7 @@ def search(run: SearchRun, resume: bool, tune_progress: bool, progress: Progress
         proposer = proposer_lm(run)
         tune = run_tune(run.loaded, pool, run.evaluator.models.simulated, resume=resume, proposer_lm=proposer,
                         verbose=1 if tune_progress else 0)
-        nodes = pool.nodes() if isinstance(pool, RolloutPool) else []
+        placed, nodes = (pool.placed, pool.nodes()) if isinstance(pool, RolloutPool) else ([], [])
     finally:
         pool.shutdown()
     if not tune.trials:
@@ -206,7 +207,7 @@ def search(run: SearchRun, resume: bool, tune_progress: bool, progress: Progress
                  "and are left out")
     if progress is not None and tune.rescued:
         progress(f"note: {tune.rescued} trial(s) that Tune ended in error (a lost node) were evaluated again here")
-    return Trials(tune, proposer, nodes)
+    return Trials(tune, proposer, placed, nodes)
 
 
 def select(run: SearchRun, trials: Trials) -> Choice:
@@ -264,7 +265,8 @@ def trial_rows(run: SearchRun, trials: Trials) -> list[dict[str, Any]]:
 def placement(trials: Trials) -> dict[str, Any]:
     import ray
 
-    return {"cluster_nodes": sum(node["Alive"] for node in ray.nodes()), "rollout_actor_nodes": trials.actor_nodes,
+    return {"cluster_nodes": sum(node["Alive"] for node in ray.nodes()), "rollout_actor_placement": trials.actor_placement,
+            "rollout_actor_nodes": trials.actor_nodes,
             "trial_nodes": sorted({t.metrics.get("node", "") for t in trials.tune.trials})}
 
 
