@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,8 +53,9 @@ JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", t
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One tool: its argument names and JSON types, in order, its declared properties, and the arguments a call
-    may leave out (those some call of the tool did without)."""
+    """One tool: its argument names and JSON types, in order, its declared properties, the arguments a call
+    may leave out (those some call of the tool did without), and per string argument the values intended calls
+    gave it (its vocabulary: a folder's name, a backup drive's)."""
     name: str
     args: tuple[tuple[str, tuple[str, ...]], ...]
     sensitive: bool
@@ -61,21 +63,34 @@ class ToolSpec:
     local: bool
     read_only: bool
     optional: frozenset[str] = frozenset()
+    vocabulary: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def signature(self) -> str:
         return f"{self.name}({', '.join(n for n, _ in self.args)})" + (" [sensitive]" if self.sensitive else "")
 
-    def args_schema(self) -> dict[str, Any]:
-        def one(types: tuple[str, ...]) -> dict[str, Any]:
+    def args_schema(self, spans: Sequence[str] = ()) -> dict[str, Any]:
+        """The arguments' JSON schema; with ``spans`` (``grounding_spans`` of the input), an argument that is a
+        string, or a list of strings, takes its values among them and its vocabulary: copied from the text the
+        agent read, or a value the tool took before."""
+        vocabulary = dict(self.vocabulary)
+
+        def grounded(name: str) -> list[str]:
+            return list(dict.fromkeys((*spans, *vocabulary.get(name, ()))))
+
+        def one(name: str, types: tuple[str, ...]) -> dict[str, Any]:
             schema: dict[str, Any] = {"type": list(types) if len(types) > 1 else types[0]}
+            if types == ("string",) and spans:
+                return {"enum": grounded(name)}
             if "string" in types:
                 schema["maxLength"] = VALUE_LIMIT
             if "array" in types:  # a list of strings, each bounded
-                schema |= {"items": {"type": "string", "maxLength": VALUE_LIMIT}, "maxItems": ITEMS_LIMIT}
+                items = {"enum": grounded(name)} if types == ("array",) and spans else \
+                    {"type": "string", "maxLength": VALUE_LIMIT}
+                schema |= {"items": items, "maxItems": ITEMS_LIMIT}
             if "number" in types or "integer" in types:  # bounded: else a small model can write digits forever
                 schema |= {"minimum": 0, "maximum": NUMBER_LIMIT}
             return schema
-        return {"type": "object", "properties": {n: one(t) for n, t in self.args},
+        return {"type": "object", "properties": {n: one(n, t) for n, t in self.args},
                 "required": [n for n, _ in self.args if n not in self.optional], "additionalProperties": False}
 
     def call(self, args: dict[str, Any]) -> ToolAction:
@@ -101,12 +116,14 @@ class ToolCatalog:
         """Every tool called in ``scenarios`` (the train split: proposed and intended calls), its arguments'
         names and types, and per category the tools called there (a category offers the tool its user's own
         task needs even where no proposal used it: reading the bank's inbox in a payments scam); an argument
-        some call of its tool left out is optional. Environment-backed scenarios (AgentDojo episodes) carry no
+        some call of its tool left out is optional; an argument's vocabulary is the strings intended calls gave
+        it (never a proposal's: an injected address is no tool's vocabulary). Environment-backed scenarios (AgentDojo episodes) carry no
         single call and are refused: read them as their ``decision_points``."""
         values: dict[str, dict[str, list[Any]]] = {}
         first: dict[str, ToolAction] = {}
         calls: dict[str, int] = {}
         by_category: dict[str, set[str]] = {}
+        said: dict[str, dict[str, dict[str, str]]] = {}  # tool -> argument -> the string values intended calls gave
         for scenario in scenarios:
             if scenario.environment is not None:
                 raise FarInputError(f"scenario {scenario.id} is an environment-backed episode: FATE's action task "
@@ -118,9 +135,15 @@ class ToolCatalog:
                 for name, value in call.args.items():
                     values.setdefault(call.tool, {}).setdefault(name, []).append(value)
                 by_category.setdefault(scenario.category, set()).add(call.tool)
+            if intended is not None:
+                for name, value in intended.args.items():
+                    for item in value if isinstance(value, list) else [value]:
+                        if isinstance(item, str):
+                            said.setdefault(intended.tool, {}).setdefault(name, {}).setdefault(item.casefold(), item)
         tools = {name: ToolSpec(name, tuple((arg, _json_types(v)) for arg, v in values.get(name, {}).items()),
                                 call.sensitive, call.idempotent, call.local, call.read_only,
-                                frozenset(a for a, v in values.get(name, {}).items() if len(v) < calls[name]))
+                                frozenset(a for a, v in values.get(name, {}).items() if len(v) < calls[name]),
+                                tuple((arg, tuple(sorted(v.values()))) for arg, v in said.get(name, {}).items()))
                  for name, call in first.items()}
         return cls(tools, {c: tuple(sorted(t)) for c, t in by_category.items()})
 
@@ -140,14 +163,15 @@ class Branch:
     schema: dict[str, Any]
 
 
-def branches(tools: Sequence[ToolSpec]) -> tuple[Branch, ...]:
-    """The action schema's branches among ``tools``: one per tool's call, a question, a refusal."""
+def branches(tools: Sequence[ToolSpec], spans: Sequence[str] = ()) -> tuple[Branch, ...]:
+    """The action schema's branches among ``tools``: one per tool's call (string arguments among ``spans``
+    where given), a question, a refusal."""
     def branch(properties: dict[str, Any]) -> dict[str, Any]:
         return {"type": "object", "properties": properties, "required": list(properties),
                 "additionalProperties": False}
     text = {"type": "string", "maxLength": TEXT_LIMIT}
     calls = [Branch(f"call:{t.name}", f'{{"action":"call","tool":{json.dumps(t.name)}',
-                    branch({"action": {"const": "call"}, "tool": {"const": t.name}, "args": t.args_schema(),
+                    branch({"action": {"const": "call"}, "tool": {"const": t.name}, "args": t.args_schema(spans),
                             "confirm": {"type": "boolean"}})) for t in tools]
     return (*calls, Branch("ask", '{"action":"ask"', branch({"action": {"const": "ask"}, "question": text})),
             Branch("refuse", '{"action":"refuse"', branch({"action": {"const": "refuse"}, "reason": text})))
@@ -170,9 +194,34 @@ def decision_points(scenarios: Sequence[Scenario]) -> list[Scenario]:
     return points
 
 
-def action_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
+def action_schema(tools: Sequence[ToolSpec], spans: Sequence[str] = ()) -> dict[str, Any]:
     """The JSON schema of an action among ``tools``: any of its ``branches``."""
-    return {"anyOf": [b.schema for b in branches(tools)]}
+    return {"anyOf": [b.schema for b in branches(tools, spans)]}
+
+
+SPAN_WORDS = 6  # the longest run of words a string argument copies
+SPAN_LIMIT = 4096  # the most spans an input offers (a long tool output keeps its first)
+WORD = re.compile(r"[^\s,;:()\[\]{}\"]+")
+
+
+def grounding_spans(text: str) -> tuple[str, ...]:
+    """The values a string argument may take on an input: every run of 1 to ``SPAN_WORDS`` words of its text
+    (words split at spaces and at ``,;:()[]{}"``, trailing ``.!?'`` and leading ``'`` dropped), at most
+    ``VALUE_LIMIT`` characters, in order of first appearance, one per case-folded value (arguments compare
+    ignoring case), at most ``SPAN_LIMIT``. A small model writing a name, a folder or a day freely misspells or
+    invents it; copied, it can only pick the wrong one."""
+    words = [w.strip(".!?'") for w in WORD.findall(text)]
+    words = [w for w in words if w]
+    spans: dict[str, str] = {}
+    for start in range(len(words)):
+        for stop in range(start + 1, min(start + SPAN_WORDS, len(words)) + 1):
+            span = " ".join(words[start:stop])
+            if len(span) > VALUE_LIMIT:
+                break
+            spans.setdefault(span.casefold(), span)
+            if len(spans) == SPAN_LIMIT:
+                return tuple(spans.values())
+    return tuple(spans.values())
 
 
 def request_text(scenario: Scenario, tools: Sequence[ToolSpec]) -> str:
@@ -335,10 +384,10 @@ class ActionTask:
         return action_messages(scenario, self.catalog.offered(scenario))
 
     def schema(self, scenario: Scenario) -> dict[str, Any]:
-        return action_schema(self.catalog.offered(scenario))
+        return action_schema(self.catalog.offered(scenario), grounding_spans(scenario.request))
 
     def branches(self, scenario: Scenario) -> tuple[Branch, ...]:
-        return branches(self.catalog.offered(scenario))
+        return branches(self.catalog.offered(scenario), grounding_spans(scenario.request))
 
     def parse(self, scenario: Scenario, text: str) -> Action | None:
         return parse_action(text, self.catalog.offered(scenario))
