@@ -1,7 +1,8 @@
 """`far search` on a real two-node Ray cluster on this machine (a head with the dashboard and a worker node, each
 with a temp dir of its own), submitted with `ray job submit` under token auth: rollout actors are placed on both
 nodes, the worker node is killed mid-search, and the search still completes with every trial counted once and
-the summary of a local run (so also what it would have been with both nodes alive)."""
+the summary of a local run (so also what it would have been with both nodes alive). The README's cluster recipe:
+a job submitted without the token mode is refused."""
 import json
 import os
 import subprocess
@@ -63,6 +64,11 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
                        str(out)]
             return submit_job(command, job_env)
 
+        # the head refuses a job submitted without the token mode (Ray 2.60's token auth)
+        without = {k: v for k, v in env.items() if k != "RAY_AUTH_MODE"}
+        refused = subprocess.run([str(bin_dir / "ray"), "job", "submit", "--address", head.dashboard, "--", "python",
+                                  "-c", "pass"], env=without, capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "auth" in (refused.stdout + refused.stderr).lower()
         out = tmp_path / "fault"
         started = submit(out)
         assert started.returncode == 0, (started.stdout + started.stderr)[-3000:]
@@ -86,9 +92,11 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
         assert "succeeded" in status, logs[-3000:]
         stats = json.loads((out / "run_stats.json").read_text())
         assert stats["cluster_nodes"] == 1
-        # one rollout actor was pinned to each node: the head's is alive, the worker's went with its node
-        assert len(set(stats["rollout_actor_placement"])) == 2, stats
-        assert "lost" in stats["rollout_actor_nodes"] and len(set(stats["rollout_actor_nodes"])) == 2, stats
+        # one rollout actor was pinned to each node; at the end none is on the dead worker's: the head's is alive,
+        # the worker's went with its node ("lost") or Ray restarted it on the head (Ray 2.60 does either)
+        placed, ended = stats["rollout_actor_placement"], stats["rollout_actor_nodes"]
+        assert len(set(placed)) == 2 and set(ended) <= {*placed, "lost"}, stats
+        assert len(set(placed) - set(ended)) == 1, stats
         summary = summary_of(out)
         assert summary["trials"] == BUDGET and summary["failed_trials"] == 0
         assert summary == expected  # no trial lost or counted twice: the same trials, ranks and winner
