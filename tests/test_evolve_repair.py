@@ -19,7 +19,7 @@ from far.evolve.collect import Failure, failures
 from far.evolve.loop import Evolution
 from far.evolve.repair import Repairs, branch_slots, propose, temperatures
 from far.evolve.select import Candidate, training_reward
-from far.evolve.task import WHY, Action, ScoredAction, repair_messages, violated
+from far.evolve.task import WHY, Action, ScoredAction, branch_name, repair_messages, violated
 
 
 def test_temperature_schedule_spans_the_range():
@@ -109,8 +109,7 @@ def test_each_failure_gets_k_scored_candidates_on_its_repair_prompt(evolution, f
         n = min(k, len(branches))
         assert len(set(written[:n])) == n and written == [written[i % n] for i in range(k)]
         for name, c in zip(written, group):
-            assert c.scored.action is None or name == (f"call:{c.scored.action.call.tool}"
-                                                       if c.scored.kind == "call" else c.scored.kind)
+            assert c.scored.action is None or name == branch_name(c.scored.action)
         # each candidate is what the model wrote, scored by the verifier ensemble on the failure's input
         assert [c.scored for c in group] == task.score([failure.scenario] * k, [c.text for c in group])
         assert all(c.reward == training_reward(config.selection, c.scored) for c in group)

@@ -21,6 +21,7 @@ from far.evolve.task import (
     ToolSpec,
     action_messages,
     action_schema,
+    branch_name,
     grounding_spans,
     action_text,
     branches,
@@ -151,7 +152,7 @@ BRANCHES = {b.name: (b.prefix, jsonschema.Draft202012Validator(b.schema)) for b 
 
 @given(ACTIONS)
 def test_an_action_starts_with_its_branch_s_prefix_and_only_its_branch_admits_it(action):
-    text, name = action_text(action), (f"call:{action.call.tool}" if action.kind == "call" else action.kind)
+    text, name = action_text(action), branch_name(action)
     prefix, validator = BRANCHES[name]
     assert text.startswith(prefix) and validator.is_valid(json.loads(text))
     assert not any(v.is_valid(json.loads(text)) or text.startswith(p + '"') or text.startswith(p + ",")
@@ -241,14 +242,16 @@ def test_an_episode_is_read_as_its_decision_points_and_a_single_call_as_it_is():
     assert all(parse_action(action_text(right_action(p)), catalog.offered(p)) == right_action(p) for p in points)
 
 
-def test_the_schema_has_one_branch_per_offered_tool_then_ask_and_refuse(task, split):
+def test_the_schema_has_two_branches_per_offered_tool_then_ask_and_refuse(task, split):
     for scenario in split[0][:40]:
         offered = task.catalog.offered(scenario)
         branches = task.schema(scenario)["anyOf"]
-        assert len(branches) == len(offered) + 2
-        assert [b["properties"]["action"]["const"] for b in branches] == ["call"] * len(offered) + ["ask", "refuse"]
-        assert [b["properties"]["tool"]["const"] for b in branches[:-2]] == [t.name for t in offered]
-        for branch, spec in zip(branches, offered):
+        assert len(branches) == 2 * len(offered) + 2
+        assert [b["properties"]["action"]["const"] for b in branches] == ["call"] * 2 * len(offered) + ["ask",
+                                                                                                         "refuse"]
+        assert [b["properties"]["tool"]["const"] for b in branches[:-2]] == [t.name for t in offered for _ in "ab"]
+        assert [b["properties"]["confirm"]["const"] for b in branches[:-2]] == [True, False] * len(offered)
+        for branch, spec in zip(branches, [t for t in offered for _ in "ab"]):
             assert branch["properties"]["args"]["required"] == [n for n, _ in spec.args]
             assert branch["properties"]["args"]["additionalProperties"] is False
         assert all(b["additionalProperties"] is False and b["required"] == list(b["properties"]) for b in branches)
