@@ -98,7 +98,8 @@ def test_search_on_two_nodes_equals_local_and_survives_losing_a_node(tmp_path):
         assert len(set(placed)) == 2 and set(ended) <= {*placed, "lost"}, stats
         assert len(set(placed) - set(ended)) == 1, stats
         summary = summary_of(out)
-        assert summary["trials"] == BUDGET and summary["failed_trials"] == 0
+        errors = {path.parent.name: path.read_text()[-600:] for path in (out / "tune").glob("*/error.txt")}
+        assert (summary["trials"], summary["failed_trials"]) == (BUDGET, 0), (stats, errors, logs[-3000:])
         assert summary == expected  # no trial lost or counted twice: the same trials, ranks and winner
         assert trials_of(out) == trials_of(tmp_path / "local")
     finally:

@@ -78,3 +78,35 @@ def test_a_trial_lost_before_its_first_result_is_known_by_its_params_file(tmp_pa
     assert config_of(SimpleNamespace(config=None, path=str(tmp_path))) == {"cloud_threshold": 0.4}
     assert config_of(SimpleNamespace(config=None, path=str(tmp_path / "gone"))) is None
     assert config_of(SimpleNamespace(config=None, path=None)) is None
+
+
+def test_a_trial_that_never_started_is_known_by_its_rescue(tmp_path):
+    """Tune ends a trial in error while resetting a cached actor onto it when that actor's node dies: the trial
+    never started, so it has no result and no params.json (Tune writes it when a trial starts). The rescuer
+    evaluated it; collecting the trials counts it once, with the rescue's config and metrics, not as failed."""
+    from far.search.searchers.evolutionary import RandomSearcher
+    from far.search.searchers.space import PolicySpace
+    from far.search.searchers.tune import RescueLostTrials, collect_trials
+
+    space = PolicySpace.model_validate(SPACE)
+    rescuer = RescueLostTrials(RandomSearcher(space, seed=0), lambda config: {"critical_failures": 0,
+                                                                               "reward": config["max_retries"]})
+    configs = {trial_id: rescuer.suggest(trial_id) for trial_id in ("aaaa0001", "aaaa0002", "aaaa0003")}
+    rescuer.on_trial_complete("aaaa0002", error=True)
+    rescuer.on_trial_complete("aaaa0003", error=True)
+    never_started = str(tmp_path / "evaluate_trial_aaaa0002_2_cloud_threshold=0.2_2026-12-07_17-36-22")
+    results = [
+        SimpleNamespace(config=configs["aaaa0001"], path=str(tmp_path / "evaluate_trial_aaaa0001_1_x"), error=None,
+                        metrics={"critical_failures": 0, "reward": 1.0, "trial_id": "aaaa0001",
+                                 "experiment_tag": "1_x", "config": configs["aaaa0001"]}),
+        SimpleNamespace(config=None, path=never_started, error=RuntimeError("reset failed"), metrics={}),
+        SimpleNamespace(config=None, path=str(tmp_path / "evaluate_trial_bbbb0009_4_x"), error=RuntimeError(),
+                        metrics={}),  # neither rescued nor known: a failed trial
+    ]
+    run = collect_trials(results, space, rescuer)
+    assert (len(run.trials), run.rescued, run.failed) == (2, 1, 1)
+    rescued = next(t for t in run.trials if t.trial_id == "aaaa0002")
+    assert rescued.params == configs["aaaa0002"] and rescued.reward == configs["aaaa0002"]["max_retries"]
+    assert [t.trial_id for t in run.trials] == ["aaaa0001", "aaaa0002"]  # suggestion order, from the tags
+    assert rescuer.rescued_trial(str(tmp_path / "evaluate_trial_aaaa0003_3_x")) is not None
+    assert rescuer.rescued_trial(str(tmp_path / "evaluate_trial_aaaa0001_1_x")) is None  # it did not fail

@@ -11,6 +11,7 @@ for the same seed whatever the concurrency (``far.search.searchers.evolutionary`
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -24,10 +25,12 @@ from far.search.evaluation.columnar import ColumnarTrials
 from far.search.evaluation.results import PolicyResult, aggregate
 from far.search.jobs.config import LoadedSearchConfig, SearchSettings
 from far.search.ranking.rank import NO_CONSTRAINTS, Constraints, tune_score
-from far.search.searchers.evolutionary import EvolutionarySearcher, RandomSearcher, config_key
+from far.search.searchers.evolutionary import EvolutionarySearcher, RandomSearcher
 from far.search.searchers.space import PolicySpace
 from ray import tune
 from ray.tune.search import BasicVariantGenerator, ConcurrencyLimiter, Searcher
+
+logger = logging.getLogger(__name__)
 
 METRIC = "score"
 
@@ -84,7 +87,7 @@ class RescueLostTrials(Searcher):
         self.searcher = searcher
         self.evaluate = evaluate  # config -> the trial's metrics, in this process
         self.configs: dict[str, dict] = {}  # trial id -> config, while the trial runs
-        self.rescued: dict[str, dict] = {}  # config key -> metrics, for the trials evaluated here
+        self.rescued: dict[str, dict] = {}  # trial id -> {"config", "metrics"}, for the trials evaluated here
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "evaluate": None}  # Tune saves the searcher; a restored one rescues nothing
@@ -109,12 +112,19 @@ class RescueLostTrials(Searcher):
         if error and config is not None and self.evaluate is not None:
             try:
                 result = {**self.evaluate(config), "trial_id": trial_id}
-            except Exception:  # noqa: BLE001 -- it fails here too: an error, as Tune said
-                pass
+            except Exception as failure:  # noqa: BLE001 -- it fails here too: an error, as Tune said
+                logger.warning("trial %s failed again when evaluated in the driver: %r", trial_id, failure)
             else:
                 error = False
-                self.rescued[config_key(config)] = result
+                self.rescued[trial_id] = {"config": config, "metrics": result}
         self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def rescued_trial(self, trial_path: str | None) -> dict | None:
+        """The rescue of the trial in ``trial_path`` (Tune names a trial's directory
+        ``<trainable>_<trial id>_<tag>_<date>``), or None. A trial Tune ended in error while resetting a cached actor
+        onto it never started: it has neither a result nor a ``params.json``, so its id is all that names it."""
+        name = os.path.basename(trial_path or "")
+        return next((rescue for trial_id, rescue in self.rescued.items() if f"_{trial_id}_" in name), None)
 
     def save(self, checkpoint_path: str) -> None:
         self.searcher.save(checkpoint_path)
@@ -261,14 +271,15 @@ def collect_trials(grid: Any, space: PolicySpace, rescuer: RescueLostTrials | No
     as failed (said in the output, never silently ranked), one the rescuer evaluated is kept."""
     run = SearchRun(trials=[])
     for result in grid:
-        config = config_of(result)
-        if config is None:  # no result and no params.json: nothing says which policy it was
+        rescue = rescuer.rescued_trial(result.path) if rescuer is not None and result.error is not None else None
+        config = config_of(result) or (rescue or {}).get("config")
+        if config is None:  # no result, no params.json and no rescue: nothing says which policy it was
             run.failed += 1
             continue
         params = {name: config[name] for name in space.parameters}
         metrics = result.metrics
-        if result.error is not None and rescuer is not None and config_key(params) in rescuer.rescued:
-            metrics = rescued_metrics(rescuer.rescued[config_key(params)], result.path)
+        if rescue is not None:
+            metrics = rescued_metrics(rescue["metrics"], result.path)
             run.rescued += 1
         elif result.error is not None or not metrics or "critical_failures" not in metrics:
             run.failed += 1
