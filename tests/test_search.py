@@ -198,7 +198,7 @@ def test_same_config_and_seed_give_the_same_search_whatever_the_engine_and_the_c
     winner and gate (neither the engine nor the completion order may change a figure)."""
     summaries, trials = [], []
     for engine, concurrency in (("replay", 2), ("columnar", 1)):
-        path = write(tmp_path, {"method": "evolutionary", "budget": 12, "seed": 5, "concurrency": concurrency,
+        path = write(tmp_path, {"method": "evolutionary", "budget": 8, "seed": 5, "concurrency": concurrency,
                                 "evolutionary": {"population": 4}}, size=300, engine=engine)
         run = far(["search", str(path), "--quiet", "--output", engine], tmp_path)
         assert run.returncode == 0, run.stderr[-3000:]
