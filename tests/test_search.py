@@ -77,12 +77,12 @@ def test_evolutionary_search_end_to_end(tmp_path):
             "No policy found passes the gate" in run.stdout) and "Gate on holdout:" in run.stdout
 
 
-@pytest.mark.parametrize("method, budget, expected", [("grid", 24, 24), ("random", 9, 9)])
+@pytest.mark.parametrize("method, budget, expected", [("grid", 12, 12), ("random", 9, 9)])
 def test_grid_and_random(tmp_path, method, budget, expected):
     space = {"parameters": {**{k: SPACE["parameters"][k] for k in ("cloud_threshold", "max_retries")}},
              "fixed": {"fallback_mode": "safe_shutdown"}}
     space["parameters"]["cloud_threshold"] = {"type": "float", "low": 0, "high": 1,
-                                              "grid": [0.0, 0.25, 0.5, 0.75, 1.0, 0.6, 0.3, 0.9]}
+                                              "grid": [0.0, 0.6, 0.3, 0.9]}
     path = write(tmp_path, {"method": method, "budget": budget}, space=space)
     run = far(["search", str(path), "--quiet"], tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -90,12 +90,12 @@ def test_grid_and_random(tmp_path, method, budget, expected):
     assert len(trials) == expected
     if method == "grid":
         points = {(t["param_cloud_threshold"], t["param_max_retries"]) for t in trials}
-        assert len(points) == 24
+        assert len(points) == 12
 
 
 def test_resume_after_the_driver_is_killed(tmp_path):
     # the graph engine makes each trial take seconds, so the kill lands mid-search
-    path = write(tmp_path, {"method": "evolutionary", "budget": 12, "seed": 4, "concurrency": 1,
+    path = write(tmp_path, {"method": "evolutionary", "budget": 8, "seed": 4, "concurrency": 1,
                             "chunk_size": 100, "evolutionary": {"population": 4}}, engine="graph")
     env = dict(os.environ)
     process = subprocess.Popen([sys.executable, "-m", "far", "search", str(path), "--quiet"], cwd=tmp_path,
@@ -109,13 +109,13 @@ def test_resume_after_the_driver_is_killed(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)  # the driver and everything it started
     process.wait()
     done_before = seen | {f.parent.name for f in tune_dir.glob("*/result.json") if f.stat().st_size > 0}
-    assert 4 <= len(done_before) < 12
+    assert 4 <= len(done_before) < 8
     resumed = far(["search", str(path), "--resume", "--quiet"], tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     trials = pq.read_table(tmp_path / "out" / "trials.parquet").to_pylist()
-    assert len(trials) == 12
+    assert len(trials) == 8
     assert len({json.dumps({k: v for k, v in t.items() if k.startswith("param_")}, sort_keys=True)
-                for t in trials}) == 12
+                for t in trials}) == 8
     # finished trials were not run again: each trial directory reported exactly one result
     for trial_dir in done_before:
         lines = (tune_dir / trial_dir / "result.json").read_text().strip().splitlines()
