@@ -3,13 +3,16 @@ process keeps the machine busy: how often a search survives losing a node.
 
     python bench/bench_cluster_under_load.py [--runs 10] [--hogs 1]
 
-Prints one line per run (passed or failed, seconds) and the count; exit status 1 if any run failed.
+Prints one line per run (passed or failed, seconds, the trials the driver rescued and how many of those never
+started: no result and no params.json) and the count; exit status 1 if any run failed.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,11 +33,15 @@ def main() -> int:
     try:
         for run in range(1, args.runs + 1):
             started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:warnings", "-p",
-                                   "no:cacheprovider", TEST], cwd=ROOT, capture_output=True, text=True)
+            with tempfile.TemporaryDirectory() as base:
+                done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:warnings", "-p",
+                                       "no:cacheprovider", f"--basetemp={base}", TEST], cwd=ROOT, capture_output=True,
+                                      text=True)
+                rescued, never_started = rescues(Path(base))
             ok = done.returncode == 0
             passed += ok
-            print(f"run {run}: {'passed' if ok else 'FAILED'} in {time.perf_counter() - started:.0f} s", flush=True)
+            print(f"run {run}: {'passed' if ok else 'FAILED'} in {time.perf_counter() - started:.0f} s, "
+                  f"{rescued} trial(s) rescued, {never_started} of them never started", flush=True)
             if not ok:
                 print(done.stdout[-3000:], flush=True)
     finally:
@@ -42,6 +49,17 @@ def main() -> int:
             hog.kill()
     print(f"{passed} of {args.runs} passed with {args.hogs} CPU-bound process(es) beside them")
     return 0 if passed == args.runs else 1
+
+
+def rescues(base: Path) -> tuple[int, int]:
+    """The faulty run's rescued trials, and its errored trials that never started (no result, no params.json)."""
+    fault = next(base.glob("*/fault"), None)
+    if fault is None or not (fault / "run_stats.json").is_file():
+        return 0, 0
+    rescued = json.loads((fault / "run_stats.json").read_text()).get("rescued_trials", 0)
+    never = sum(1 for error in fault.glob("tune/*/error.txt")
+                if not (error.parent / "params.json").exists() and not (error.parent / "result.json").exists())
+    return rescued, never
 
 
 if __name__ == "__main__":
