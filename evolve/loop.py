@@ -38,7 +38,12 @@ from far.evolve.select import RULES, input_thresholds, select
 from far.evolve.task import ActionTask, ScoredAction, ToolCatalog, decision_points
 from far.evolve.train import Lesson, PFPOStats, build_lesson, pfpo, rehearsal_count, sft
 from far.rollout.errors import FarInputError
+from far.rollout.progress import rate_reporter
 from far.rollout.scenario import Scenario
+
+# inputs decoded per call of the model, its batch (``PolicyModel.generate``'s chunk): a holdout of hundreds decodes
+# for minutes, with a progress line between calls
+ACT_BLOCK = 64
 
 
 @dataclass(frozen=True)
@@ -89,14 +94,19 @@ class Evolution:
     def act(self, scenarios: Sequence[Scenario]) -> list[ScoredAction]:
         """The model's greedy action on each input, scored. Actions are memoised per adapter state (the digest
         of its weights) and input: the same weights write the same action, so a restored round (a rollback, the
-        round returned, every arm's base) is not decoded again."""
+        round returned, every arm's base) is not decoded again. Inputs are decoded ``ACT_BLOCK`` at a time (one
+        batch of the model's), with a progress line between blocks where there is more than one."""
         tokens = self.config.repair.max_new_tokens
         memo = self._greedy.setdefault((self.model.digest(), tokens), {})
         todo = [s for s in scenarios if s.id not in memo]
-        if todo:
-            prompts = [self.model.prompt(self.task.messages(s)) for s in todo]
-            texts = self.model.generate(prompts, [self.task.schema(s) for s in todo], 0.0, max_new_tokens=tokens)
-            memo.update((s.id, out[0]) for s, out in zip(todo, texts))
+        report = rate_reporter(self.progress, "    writing actions") if len(todo) > ACT_BLOCK else None
+        for start in range(0, len(todo), ACT_BLOCK):
+            block = todo[start:start + ACT_BLOCK]
+            prompts = [self.model.prompt(self.task.messages(s)) for s in block]
+            texts = self.model.generate(prompts, [self.task.schema(s) for s in block], 0.0, max_new_tokens=tokens)
+            memo.update((s.id, out[0]) for s, out in zip(block, texts))
+            if report is not None:
+                report(start + len(block), len(todo))
         return self.task.score(scenarios, [memo[s.id] for s in scenarios])
 
     def figures(self, scenarios: Sequence[Scenario], scored: Sequence[ScoredAction], by_category: bool = True

@@ -19,7 +19,7 @@ from evolve_helpers import tiny_config
 torch = pytest.importorskip("torch", reason="needs the models extra (make install-models)")
 pytest.importorskip("peft")
 
-from far.evolve.loop import Evolution
+from far.evolve.loop import ACT_BLOCK, Evolution
 from far.evolve.policy_model import PolicyModel
 from far.evolve.record import RoundRecord
 from far.evolve.select import RULES
@@ -193,6 +193,25 @@ def test_a_new_order_seed_keeps_the_failures_and_selections_and_moves_the_data_o
     assert sorted(zip(prompts, completions)) == sorted(zip(moved_prompts, moved_completions))  # the same examples
     assert moved_prompts != prompts and moved_seed != sft_seed  # in another order, other batches
     assert reordered["summary"]["config"]["order_seed"] == seed + 1000
+
+
+def test_many_inputs_are_decoded_in_blocks_with_progress_and_the_same_actions(tmp_path):
+    lines: list[str] = []
+    config = tiny_config(tmp_path, holdout_size=100, suite={"name": "edge_cloud", "seed": 3, "size": 400})
+    model = ScriptedRepairs(config.model)
+    evolution = Evolution(config, model=model, progress=lines.append)
+    model.know(evolution.dev)
+    holdout = evolution.holdout
+    assert len(holdout) > ACT_BLOCK
+    acted = evolution.act(holdout)
+    assert [len(prompts) for prompts, _, _ in model.generated] == [ACT_BLOCK, len(holdout) - ACT_BLOCK]
+    assert [line for line in lines if "writing actions" in line][-1].strip().startswith(
+        f"writing actions: {len(holdout)}/{len(holdout)}")
+    whole = model.generate([model.prompt(evolution.task.messages(s)) for s in holdout],
+                           [evolution.task.schema(s) for s in holdout], 0.0, max_new_tokens=config.repair.max_new_tokens)
+    assert [a.text for a in acted] == [texts[0] for texts in whole]  # one call of them all writes the same
+    calls = len(model.generated)
+    assert evolution.act(holdout) == acted and len(model.generated) == calls  # memoised: not decoded again
 
 
 def test_evaluation_only_data_is_refused_before_any_model_loads(tmp_path, monkeypatch):
