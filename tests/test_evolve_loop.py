@@ -197,7 +197,7 @@ def test_a_new_order_seed_keeps_the_failures_and_selections_and_moves_the_data_o
 
 def test_many_inputs_are_decoded_in_blocks_with_progress_and_the_same_actions(tmp_path):
     lines: list[str] = []
-    config = tiny_config(tmp_path, holdout_size=100, suite={"name": "edge_cloud", "seed": 3, "size": 400})
+    config = tiny_config(tmp_path, holdout_size=ACT_BLOCK + 6, suite={"name": "edge_cloud", "seed": 3, "size": 300})
     model = ScriptedRepairs(config.model)
     evolution = Evolution(config, model=model, progress=lines.append)
     model.know(evolution.dev)
@@ -207,8 +207,9 @@ def test_many_inputs_are_decoded_in_blocks_with_progress_and_the_same_actions(tm
     assert [len(prompts) for prompts, _, _ in model.generated] == [ACT_BLOCK, len(holdout) - ACT_BLOCK]
     assert [line for line in lines if "writing actions" in line][-1].strip().startswith(
         f"writing actions: {len(holdout)}/{len(holdout)}")
-    whole = model.generate([model.prompt(evolution.task.messages(s)) for s in holdout],
-                           [evolution.task.schema(s) for s in holdout], 0.0, max_new_tokens=config.repair.max_new_tokens)
+    prompts = [model.prompt(evolution.task.messages(s)) for s in holdout]
+    whole = model.generate(prompts, [evolution.task.schema(s) for s in holdout], 0.0,
+                           max_new_tokens=config.repair.max_new_tokens)
     assert [a.text for a in acted] == [texts[0] for texts in whole]  # one call of them all writes the same
     calls = len(model.generated)
     assert evolution.act(holdout) == acted and len(model.generated) == calls  # memoised: not decoded again
